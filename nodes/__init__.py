@@ -1,0 +1,19 @@
+"""ComfyUI nodes: thin translations from node inputs to adapter calls.
+
+Imported only by ComfyUI (through ``comfy_entrypoint``), always relatively:
+this folder must never be importable as a top-level ``nodes`` (ComfyUI has its own).
+"""
+
+from comfy_api.latest import ComfyExtension, io
+
+from .cache_node import Krea2CacheDiT
+from .loader_node import Krea2DiffusersLoader
+from . import routes
+
+
+class Krea2CacheDiTExtension(ComfyExtension):
+    async def on_load(self) -> None:
+        routes.register()
+
+    async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        return [Krea2CacheDiT, Krea2DiffusersLoader]

@@ -1,0 +1,179 @@
+"""Start the real ComfyUI server with this pack and drive it over HTTP.
+
+Finds ComfyUI the way the README says (``COMFYUI_PATH``, the ComfyUI whose
+``custom_nodes`` holds this pack, or ``~/comfy/ComfyUI``), gives it a private
+base directory (custom nodes, models, input, output) and talks to it only
+through its public HTTP API, like the graph editor does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACK_DIR_NAME = "krea2_cachedit"
+TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
+
+
+def find_comfyui() -> Path | None:
+    """The ComfyUI checkout to test against, or None when there is none."""
+    candidates = []
+    if os.environ.get("COMFYUI_PATH"):
+        candidates.append(Path(os.environ["COMFYUI_PATH"]).expanduser())
+    if REPO_ROOT.parent.name == "custom_nodes":
+        candidates.append(REPO_ROOT.parent.parent)
+    candidates.append(Path.home() / "comfy" / "ComfyUI")
+    for path in candidates:
+        if (path / "main.py").is_file() and (path / "comfy").is_dir():
+            return path.resolve()
+    return None
+
+
+def comfyui_python(comfy_root: Path) -> str:
+    """The interpreter that runs ComfyUI: its own venv when it has one."""
+    for rel in (".venv/bin/python", "venv/bin/python"):
+        candidate = comfy_root / rel
+        if candidate.exists():
+            return str(candidate)
+    return sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ComfyServer:
+    """One real ComfyUI process on the CPU, with a private base directory."""
+
+    def __init__(self, comfy_root: Path, base_dir: Path, extra_args: list[str] | None = None):
+        self.comfy_root = comfy_root
+        self.base_dir = base_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_args = extra_args or []
+        self.process: subprocess.Popen | None = None
+        self.log_path = base_dir / "comfyui.log"
+        self.client_id = uuid.uuid4().hex
+
+    # --- layout -----------------------------------------------------------------
+    @staticmethod
+    def prepare_base_dir(base_dir: Path) -> Path:
+        """Custom nodes (this pack + the test helpers) and empty model folders."""
+        for sub in ("custom_nodes", "models/diffusion_models", "models/diffusers", "models/loras",
+                    "models/vae", "models/text_encoders", "input", "output", "user", "temp"):
+            (base_dir / sub).mkdir(parents=True, exist_ok=True)
+        links = {PACK_DIR_NAME: REPO_ROOT, "krea2_cachedit_test_nodes": TEST_NODES_DIR}
+        for name, target in links.items():
+            link = base_dir / "custom_nodes" / name
+            if not link.exists():
+                link.symlink_to(target, target_is_directory=True)
+        return base_dir
+
+    # --- process ----------------------------------------------------------------
+    def start(self, timeout: float = 120.0) -> "ComfyServer":
+        self.prepare_base_dir(self.base_dir)
+        cmd = [comfyui_python(self.comfy_root), "main.py", "--cpu", "--listen", "127.0.0.1",
+               "--port", str(self.port), "--disable-auto-launch", "--base-directory", str(self.base_dir),
+               "--disable-metadata", *self.extra_args]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(cmd, cwd=self.comfy_root, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"ComfyUI exited early:\n{self.log_tail()}")
+            try:
+                self.get("/system_stats")
+                return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.5)
+        raise RuntimeError(f"ComfyUI did not start in {timeout}s:\n{self.log_tail()}")
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def log_tail(self, chars: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    # --- HTTP -------------------------------------------------------------------
+    def get(self, path: str):
+        with urllib.request.urlopen(self.url + path, timeout=30) as response:
+            return json.loads(response.read())
+
+    def post(self, path: str, payload: dict):
+        request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            body = error.read().decode(errors="replace")
+            raise RuntimeError(f"POST {path} -> {error.code}: {body}") from None
+
+    def queue(self, prompt: dict) -> str:
+        answer = self.post("/prompt", {"prompt": prompt, "client_id": self.client_id})
+        return answer["prompt_id"]
+
+    def wait(self, prompt_id: str, timeout: float = 600.0) -> dict:
+        """The history entry of a finished prompt (success or error)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            history = self.get(f"/history/{prompt_id}")
+            if prompt_id in history and history[prompt_id].get("status", {}).get("completed") is not None:
+                entry = history[prompt_id]
+                if entry["status"].get("status_str") in ("success", "error"):
+                    return entry
+            time.sleep(0.2)
+        raise TimeoutError(f"prompt {prompt_id} did not finish in {timeout}s\n{self.log_tail()}")
+
+    def run(self, prompt: dict, timeout: float = 600.0) -> dict:
+        return self.wait(self.queue(prompt), timeout)
+
+    # --- outputs ----------------------------------------------------------------
+    def saved_latent(self, entry: dict, node_id: str):
+        """Load the latent that a SaveLatent node wrote for this prompt."""
+        from safetensors.torch import load_file
+
+        item = entry["outputs"][node_id]["latents"][0]
+        path = self.base_dir / "output" / item.get("subfolder", "") / item["filename"]
+        return load_file(str(path))["latent_tensor"]
+
+
+def prompt_error(entry: dict) -> str | None:
+    """The exception message of a failed prompt, or None when it succeeded."""
+    if entry["status"].get("status_str") == "success":
+        return None
+    for kind, data in entry["status"].get("messages", []):
+        if kind == "execution_error":
+            return f"{data.get('exception_type')}: {data.get('exception_message')}"
+    return "failed without an execution_error message"
+
+
+def copy_into(src: Path, dst: Path):
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
