@@ -1,0 +1,255 @@
+"""cache-dit on one transformer for exactly one sampling run.
+
+Data path: the node's OUTER_SAMPLE wrapper opens a ``CacheRun`` (enable
+cache-dit), the DIFFUSION_MODEL wrapper sends every model call through
+``CacheRun.model_call`` (route it), and the ``finally`` of the sampling run
+closes it (disable cache-dit, publish the stats).
+
+Why routing is needed: cache-dit counts *calls*. With ``has_separate_cfg`` it
+assumes calls alternate between two streams (cond/uncond) and keeps a residual
+cache per stream; without it, it assumes one call per step. ComfyUI decides at
+run time whether cond and uncond are batched, split, or absent (CFG 1), and
+some samplers call the model more than once per step. So each call is mapped
+to (step, stream) and only calls that fit the context's layout reach
+cache-dit; the others are computed in full with the original blocks, which
+never touches cache-dit's state. When the layout itself changes (a new batch
+layout, a skipped step), a fresh cache context starts at that step, so a cond
+residual is never served to an uncond call or the reverse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+import types
+import unittest.mock
+
+import torch
+
+from .registry import ResolvedTransformer
+from .settings import RunPlan
+from .stats import CallOutcome, RunRecord, summarize_steps
+from .step_clock import StepClock
+
+logger = logging.getLogger(__name__)
+
+COND, UNCOND = 0, 1
+
+
+@contextlib.contextmanager
+def quiet_cache_dit():
+    """Silence cache-dit's per-call info and warnings (e.g. on every disable_cache)."""
+    loggers = [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)
+               if name.startswith("cache_dit") or name == "CACHE_DIT"]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamKey:
+    """What makes two calls share a residual cache: the same branches in the same batch order and shapes."""
+
+    branches: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+
+@dataclasses.dataclass
+class CallLayout:
+    """The call pattern one cache-dit context was configured for.
+
+    ``streams`` holds one key per call that cache-dit expects in each step: one
+    for CFG 1 or batched cond+uncond, two (in arrival order) when cond and uncond
+    are separate calls. ``None`` marks a second stream not yet seen.
+    """
+
+    mode: str                              # "none", "batched" or "split"
+    streams: list[StreamKey | None]
+    start_step: int
+    next_step: int = 0
+    next_slot: int = 0
+
+    def __post_init__(self):
+        self.next_step = self.start_step
+
+    @property
+    def separate_cfg(self) -> bool:
+        return len(self.streams) == 2
+
+    def classify(self, step: int, key: StreamKey) -> str:
+        """"serve" (the call cache-dit expects next), "extra" (ignore it), or "mismatch" (layout broke)."""
+        if step < self.next_step or (step == self.next_step and key in self.streams[:self.next_slot]):
+            return "extra"  # a further call in a step whose streams were all served already
+        if step > self.next_step:
+            return "mismatch"  # a step had no call, or its second stream never came
+        expected = self.streams[self.next_slot]
+        if expected == key or (expected is None and key != self.streams[0]):
+            return "serve"
+        if self.next_slot > 0:
+            return "extra"  # a third stream in this step (e.g. an area cond): compute it in full
+        return "mismatch"
+
+    def advance(self, key: StreamKey):
+        if self.streams[self.next_slot] is None:
+            self.streams[self.next_slot] = key
+        self.next_slot += 1
+        if self.next_slot == len(self.streams):
+            self.next_step, self.next_slot = self.next_step + 1, 0
+
+
+def _cfg_mode(branches: tuple[int, ...], expects_uncond: bool) -> str:
+    if COND in branches and UNCOND in branches:
+        return "batched"
+    return "split" if expects_uncond else "none"
+
+
+class CacheRun:
+    """cache-dit enabled on ``target`` for one sampling run; use as a context manager."""
+
+    def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, cfg: float,
+                 expects_uncond: bool, node_id: str = "", prompt_id: str = ""):
+        self.target = target
+        self.plan = plan
+        self.clock = clock
+        self.cfg = float(cfg)
+        self.expects_uncond = expects_uncond
+        self.node_id = node_id
+        self.prompt_id = prompt_id
+        self.layout: CallLayout | None = None
+        self.first_layout: CallLayout | None = None
+        self.contexts = 0
+        self.outcomes: list[CallOutcome] = []
+        self.record: RunRecord | None = None
+        self._single_stream_seen = not expects_uncond
+        # Read once: while cache-dit runs, the module's block list is its single wrapper.
+        self._original_blocks = target.blocks
+        self.num_blocks = len(self._original_blocks)
+        self._blocks_counted = 0
+        self._hooks: list = []
+        self._started = 0.0
+        self._warnings = list(plan.warnings)
+
+    # --- lifetime -----------------------------------------------------------------
+    def __enter__(self) -> "CacheRun":
+        import cache_dit
+
+        self._started = time.perf_counter()
+        with quiet_cache_dit():
+            adapter = cache_dit.BlockAdapter(
+                transformer=self.target.module,
+                blocks=self._original_blocks,
+                forward_pattern=getattr(cache_dit.ForwardPattern, self.target.family.forward_pattern),
+                check_forward_pattern=self.target.family.check_forward_pattern,
+                has_separate_cfg=False,  # the real value goes into each context's DBCacheConfig
+            )
+            if getattr(self.target.module, "_is_cached", False):
+                # Left over by a crashed process state; a cached module ignores new configs.
+                cache_dit.disable_cache(self.target.module)
+            cache_dit.enable_cache(adapter, **self._cache_configs(start_step=0, separate_cfg=False))
+        self._hooks = [block.register_forward_pre_hook(self._count_block) for block in self._original_blocks]
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        import cache_dit
+
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        with quiet_cache_dit():
+            cache_dit.disable_cache(self.target.module)
+        status = "ok" if exc_type is None else ("interrupted" if "Interrupt" in exc_type.__name__ else "error")
+        self.record = self._make_record(status)
+        return False
+
+    # --- per call -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def model_call(self, sigma, branches, shapes):
+        """Wrap one transformer call: route it through cache-dit or around it, and count its blocks."""
+        step = self.clock.step_of(sigma)
+        key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
+        served = self._route(step, key)
+        self._blocks_counted = 0
+        with (contextlib.nullcontext() if served else self.uncached()):
+            yield served
+        self.outcomes.append(CallOutcome(step, key.branches, served, self._blocks_counted, self.num_blocks))
+
+    @contextlib.contextmanager
+    def uncached(self):
+        """Run a call with the original blocks and forward, outside cache-dit's state."""
+        module = self.target.module
+        plain_forward = types.MethodType(type(module).forward, module)
+        with unittest.mock.patch.object(module, self.target.family.blocks_attr, self._original_blocks), \
+                unittest.mock.patch.object(module, "forward", plain_forward):
+            yield
+
+    def _route(self, step: int, key: StreamKey) -> bool:
+        if self.layout is not None:
+            verdict = self.layout.classify(step, key)
+            if verdict == "extra":
+                return False
+            if verdict == "serve":
+                self.layout.advance(key)
+                return True
+            if self.layout.separate_cfg and self.layout.next_slot == 1:
+                # The second stream never came: treat the rest of the run as one call per step.
+                self._single_stream_seen = True
+        self._start_context(step, key)
+        self.layout.advance(key)
+        return True
+
+    def _start_context(self, step: int, key: StreamKey):
+        """A fresh cache context from ``step`` on, configured for the layout of this call."""
+        import cache_dit
+
+        mode = _cfg_mode(key.branches, self.expects_uncond)
+        split = mode == "split" and not self._single_stream_seen
+        if mode == "split" and not split:
+            mode = "none"
+        self.layout = CallLayout(mode=mode, streams=[key, None] if split else [key], start_step=step)
+        if self.first_layout is None:
+            self.first_layout = self.layout
+        else:
+            logger.info("Krea-2 Cache-DiT: call layout changed at step %d (%s); starting a fresh cache there.",
+                        step, mode)
+        self.contexts += 1
+        with quiet_cache_dit():
+            cache_dit.refresh_context(self.target.module, **self._cache_configs(step, split))
+
+    def _cache_configs(self, start_step: int, separate_cfg: bool) -> dict:
+        import cache_dit
+
+        configs = {"cache_config": cache_dit.DBCacheConfig(**self.plan.db_cache_kwargs(start_step, separate_cfg))}
+        if self.plan.settings.enable_taylorseer:
+            configs["calibrator_config"] = cache_dit.TaylorSeerCalibratorConfig(
+                taylorseer_order=self.plan.settings.taylorseer_order)
+        return configs
+
+    def _count_block(self, module, args):
+        self._blocks_counted += 1
+
+    # --- stats --------------------------------------------------------------------
+    def _make_record(self, status: str) -> RunRecord:
+        states, cached, partial = summarize_steps(self.outcomes, self.clock.steps)
+        layout = self.first_layout
+        settings = dataclasses.asdict(self.plan.settings)
+        return RunRecord(
+            node_id=str(self.node_id), prompt_id=str(self.prompt_id), model=self.target.family.name,
+            preset=self.plan.preset, steps_mask=self.plan.settings.steps_mask, steps=self.clock.steps,
+            cfg=self.cfg, cfg_mode=layout.mode if layout else _cfg_mode((), self.expects_uncond),
+            has_separate_cfg=bool(layout and layout.separate_cfg), settings=settings,
+            cached_steps=cached, partial_steps=partial, step_states=states,
+            calls=len(self.outcomes), extra_calls=sum(not o.served_by_cache_dit for o in self.outcomes),
+            cache_contexts=self.contexts,
+            call_log=[[o.step, list(o.branches), o.served_by_cache_dit, o.blocks_run] for o in self.outcomes],
+            block_evals=sum(o.blocks_run for o in self.outcomes),
+            block_evals_uncached=len(self.outcomes) * self.num_blocks,
+            status=status, warnings=list(self._warnings),
+            duration_s=round(time.perf_counter() - self._started, 4),
+        )

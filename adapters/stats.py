@@ -1,0 +1,114 @@
+"""What a sampling run cached: the record shared by the log, the HTTP route and the UI."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+
+CFG_MODES = ("none", "batched", "split")
+
+
+@dataclasses.dataclass
+class CallOutcome:
+    step: int
+    branches: tuple[int, ...]   # cond_or_uncond of the call (0 = cond, 1 = uncond)
+    served_by_cache_dit: bool   # False: an extra call in a step, computed in full outside the cache
+    blocks_run: int             # transformer blocks actually evaluated in this call
+    blocks_total: int           # blocks in the model
+
+    @property
+    def cached(self) -> bool:
+        return self.served_by_cache_dit and self.blocks_run < self.blocks_total
+
+
+@dataclasses.dataclass
+class RunRecord:
+    node_id: str
+    prompt_id: str
+    model: str
+    preset: str
+    steps_mask: str
+    steps: int
+    cfg: float
+    cfg_mode: str
+    has_separate_cfg: bool
+    settings: dict
+    cached_steps: list[int]
+    partial_steps: list[int]
+    step_states: list[str]
+    calls: int
+    extra_calls: int
+    cache_contexts: int           # > 1 when the call layout changed mid-run and a fresh context started
+    block_evals: int
+    block_evals_uncached: int
+    call_log: list[list]          # per call: [step, branches, served_by_cache_dit, blocks_run]
+    status: str                   # "ok", "interrupted" or "error"
+    warnings: list[str]
+    duration_s: float
+
+    @property
+    def blocks_saved(self) -> float:
+        if not self.block_evals_uncached:
+            return 0.0
+        return 1.0 - self.block_evals / self.block_evals_uncached
+
+    @property
+    def ideal_speedup(self) -> float:
+        """Block evaluations without the cache over those with it."""
+        return self.block_evals_uncached / self.block_evals if self.block_evals else 1.0
+
+    def as_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["blocks_saved"] = round(self.blocks_saved, 4)
+        data["ideal_speedup"] = round(self.ideal_speedup, 4)
+        return data
+
+    def log_line(self) -> str:
+        return (f"Krea-2 Cache-DiT [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
+                f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
+                f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
+                f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode}, "
+                f"has_separate_cfg={self.has_separate_cfg}, preset {self.preset}"
+                f"{'' if self.status == 'ok' else f', run {self.status}'}")
+
+
+def summarize_steps(outcomes: list[CallOutcome], steps: int) -> tuple[list[str], list[int], list[int]]:
+    """Per-step state from the calls cache-dit served: all cached, some, or none."""
+    served: dict[int, list[bool]] = collections.defaultdict(list)
+    for outcome in outcomes:
+        if outcome.served_by_cache_dit:
+            served[outcome.step].append(outcome.cached)
+    states = []
+    for step in range(steps):
+        flags = served.get(step, [])
+        if flags and all(flags):
+            states.append("cached")
+        elif any(flags):
+            states.append("partial")
+        else:
+            states.append("computed")
+    cached = [i for i, s in enumerate(states) if s == "cached"]
+    partial = [i for i, s in enumerate(states) if s == "partial"]
+    return states, cached, partial
+
+
+class RecentRuns:
+    """The last runs' records, newest last; shared between the sampler and the web server threads."""
+
+    def __init__(self, limit: int = 50):
+        self._records: collections.deque[dict] = collections.deque(maxlen=limit)
+        self._lock = threading.Lock()
+
+    def add(self, record: RunRecord) -> dict:
+        data = record.as_dict()
+        with self._lock:
+            self._records.append(data)
+        return data
+
+    def all(self) -> list[dict]:
+        with self._lock:
+            return list(self._records)
+
+
+RECENT_RUNS = RecentRuns()

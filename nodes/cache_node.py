@@ -1,0 +1,83 @@
+"""The Krea-2 Cache-DiT node: settings in, a MODEL clone with the cache wrappers out."""
+
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from ..adapters.registry import UnsupportedModelError, resolve
+from ..adapters.settings import PRESET_NAMES, STEP_MASKS, CacheSettings
+from .wrappers import CacheDiTHolder, install
+
+DEFAULTS = CacheSettings()
+
+
+def _int(name, default, minimum, maximum, tooltip, advanced=True):
+    return io.Int.Input(name, default=default, min=minimum, max=maximum, tooltip=tooltip, advanced=advanced)
+
+
+class Krea2CacheDiT(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="Krea2CacheDiT",
+            display_name="Krea-2 Cache-DiT",
+            category="Krea-2",
+            description=(
+                "Speeds up Krea-2 sampling with cache-dit (DBCache, TaylorSeer, step masks). Put it between "
+                "the model loader and the sampler. Whether cond and uncond are cached separately follows "
+                "the CFG and batching the sampler actually uses, per run."),
+            inputs=[
+                io.Model.Input("model", tooltip="A Krea-2 MODEL (Load Diffusion Model or Load Krea-2 (diffusers))."),
+                io.Combo.Input("preset", options=list(PRESET_NAMES), default=DEFAULTS.preset, tooltip=(
+                    "Defaults for Krea-2. auto: turbo for runs of up to 16 steps, raw above. turbo: 8-step Turbo "
+                    "(step mask 'medium'). raw: ~52-step Raw (reference DBCache + TaylorSeer). A preset only fills "
+                    "settings left at their defaults; custom uses the inputs below exactly.")),
+                io.Combo.Input("steps_mask", options=list(STEP_MASKS), default=DEFAULTS.steps_mask, tooltip=(
+                    "cache-dit step mask built for the run's step count: masked steps are served from the cache, "
+                    "so the speedup is predictable (slow < medium < fast < ultra). 'none': decide by threshold. "
+                    "Needs 4, 6 or at least 8 steps; other counts run without a mask and log a warning.")),
+                _int("Fn_compute_blocks", DEFAULTS.Fn_compute_blocks, 1, 64,
+                     "First blocks always computed; cache-dit measures the change between steps on them."),
+                _int("Bn_compute_blocks", DEFAULTS.Bn_compute_blocks, 0, 64,
+                     "Last blocks always computed, to refine a cached result."),
+                io.Float.Input("residual_diff_threshold", default=DEFAULTS.residual_diff_threshold, min=0.0,
+                               max=2.0, step=0.01, advanced=True, tooltip=(
+                                   "Reuse the cache when the first blocks' residual changed less than this "
+                                   "(relative). Higher is faster, lower is closer to the uncached image. "
+                                   "0 turns threshold caching off.")),
+                _int("max_warmup_steps", DEFAULTS.max_warmup_steps, 0, 1000,
+                     "Steps at the start that are always computed."),
+                _int("warmup_interval", DEFAULTS.warmup_interval, 1, 100,
+                     "Compute every n-th warmup step only (1: compute all warmup steps)."),
+                _int("max_cached_steps", DEFAULTS.max_cached_steps, -1, 1000,
+                     "Most steps served from the cache in one run (-1: no limit)."),
+                _int("max_continuous_cached_steps", DEFAULTS.max_continuous_cached_steps, -1, 1000,
+                     "Most cached steps in a row before one is computed again (-1: no limit)."),
+                io.Boolean.Input("enable_taylorseer", default=DEFAULTS.enable_taylorseer, advanced=True,
+                                 tooltip="Extrapolate cached residuals with TaylorSeer instead of reusing them as is."),
+                _int("taylorseer_order", DEFAULTS.taylorseer_order, 1, 4, "Order of the TaylorSeer extrapolation."),
+            ],
+            outputs=[io.Model.Output(tooltip="A copy of the model that samples with Cache-DiT; the input is unchanged.")],
+            hidden=[io.Hidden.unique_id],
+        )
+
+    @classmethod
+    def execute(cls, model, preset, steps_mask, Fn_compute_blocks, Bn_compute_blocks, residual_diff_threshold,
+                max_warmup_steps, warmup_interval, max_cached_steps, max_continuous_cached_steps,
+                enable_taylorseer, taylorseer_order) -> io.NodeOutput:
+        settings = CacheSettings(
+            Fn_compute_blocks=Fn_compute_blocks, Bn_compute_blocks=Bn_compute_blocks,
+            residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
+            warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
+            max_continuous_cached_steps=max_continuous_cached_steps, enable_taylorseer=enable_taylorseer,
+            taylorseer_order=taylorseer_order, steps_mask=steps_mask, preset=preset)
+        try:
+            target = resolve(model.model.diffusion_model)
+        except UnsupportedModelError as error:
+            raise ValueError(str(error)) from None
+        if settings.preset == "custom" and Fn_compute_blocks + Bn_compute_blocks > target.num_blocks:
+            raise ValueError(f"Fn_compute_blocks + Bn_compute_blocks ({Fn_compute_blocks} + {Bn_compute_blocks}) "
+                             f"must not exceed the model's {target.num_blocks} transformer blocks.")
+        patched = model.clone()
+        install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or "")))
+        return io.NodeOutput(patched)

@@ -1,0 +1,40 @@
+"""API-format prompts (what the graph editor sends to /prompt) for a tiny generated Krea-2."""
+
+from __future__ import annotations
+
+TINY_MODEL = "krea2_tiny.safetensors"
+TINY_CONTEXT_FEATURES = 120  # txtlayers * txtdim of synthetic.Krea2Shape()
+
+CACHE_NODE_DEFAULTS = {
+    "preset": "auto", "steps_mask": "none", "Fn_compute_blocks": 1, "Bn_compute_blocks": 0,
+    "residual_diff_threshold": 0.24, "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
+    "max_continuous_cached_steps": 3, "enable_taylorseer": False, "taylorseer_order": 1,
+}
+
+
+def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache: dict | None = None,
+                 pos_tokens=8, neg_tokens=8, seed=0, size=64, batch=1, model=TINY_MODEL,
+                 prefix="krea2_test", loader: dict | None = None) -> dict:
+    """UNETLoader -> [Krea2CacheDiT] -> KSampler -> SaveLatent, conditioning from the test node.
+
+    ``cache=None`` leaves the Cache-DiT node out (the bypassed / plain graph);
+    otherwise its inputs override ``CACHE_NODE_DEFAULTS``. Node ids are fixed:
+    "1" loader, "5" Cache-DiT, "6" KSampler, "7" SaveLatent.
+    """
+    prompt = {
+        "1": loader or {"class_type": "UNETLoader", "inputs": {"unet_name": model, "weight_dtype": "default"}},
+        "2": {"class_type": "Krea2TestConditioning",
+              "inputs": {"seed": 1, "tokens": pos_tokens, "features": TINY_CONTEXT_FEATURES}},
+        "3": {"class_type": "Krea2TestConditioning",
+              "inputs": {"seed": 2, "tokens": neg_tokens, "features": TINY_CONTEXT_FEATURES}},
+        "4": {"class_type": "EmptyLatentImage", "inputs": {"width": size, "height": size, "batch_size": batch}},
+        "6": {"class_type": "KSampler", "inputs": {
+            "model": ["1", 0], "seed": seed, "steps": steps, "cfg": cfg, "sampler_name": sampler,
+            "scheduler": scheduler, "positive": ["2", 0], "negative": ["3", 0], "latent_image": ["4", 0],
+            "denoise": 1.0}},
+        "7": {"class_type": "SaveLatent", "inputs": {"samples": ["6", 0], "filename_prefix": prefix}},
+    }
+    if cache is not None:
+        prompt["5"] = {"class_type": "Krea2CacheDiT", "inputs": {"model": ["1", 0], **CACHE_NODE_DEFAULTS, **cache}}
+        prompt["6"]["inputs"]["model"] = ["5", 0]
+    return prompt
