@@ -1,0 +1,287 @@
+"""The adapter layer against real cache-dit and a small seeded diffusers Krea-2.
+
+Each test drives a ``CacheRun`` with one of the call patterns ComfyUI produces
+(one call per step, cond+uncond batched, split in either order, several calls
+per step, a layout change mid-run) and checks which steps were cached and that
+a stream's cached result is exactly what that stream alone would get: if cond
+and uncond residuals were ever mixed, the outputs would differ.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from krea2_cachedit.adapters import registry
+from krea2_cachedit.adapters.cache_run import CacheRun
+from krea2_cachedit.adapters.settings import CacheSettings, plan_run
+from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.synthetic import Krea2Shape, diffusers_transformer
+
+SHAPE = Krea2Shape(layers=6)
+STEPS = 8
+SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
+FAST_MASK_CACHED = [3, 5, 6]   # cache-dit's "fast" mask for 8 steps: 1 1 1 0 1 0 0 1
+COND, UNCOND = 0, 1
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    torch.manual_seed(0)
+    return diffusers_transformer(SHAPE, seed=3)
+
+
+def make_inputs(seed: int, batch: int = 1, tokens: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 16, SHAPE.channels * 4, generator=g)
+    context = torch.randn(batch, tokens, SHAPE.txtlayers, SHAPE.txtdim, generator=g)
+    return x, context
+
+
+def forward(transformer, x, context, sigma):
+    ids = torch.zeros(context.shape[1] + x.shape[1], 3)
+    ids[context.shape[1]:, 1] = torch.arange(x.shape[1]) // 4
+    ids[context.shape[1]:, 2] = torch.arange(x.shape[1]) % 4
+    timestep = torch.full((x.shape[0],), float(sigma))
+    return transformer(x, context, timestep, ids).sample
+
+
+class Stream:
+    """One branch (cond or uncond) of a simulated sampler, with its own latent trajectory."""
+
+    def __init__(self, branch: int, seed: int, tokens: int = 5):
+        self.branch = branch
+        self.x, self.context = make_inputs(seed, tokens=tokens)
+        self.outputs: list[torch.Tensor] = []
+
+    def advance(self, out, sigma, next_sigma):
+        self.outputs.append(out)
+        self.x = self.x + (next_sigma - sigma) * out  # an Euler step, so inputs change every step
+
+
+def open_run(transformer, settings: CacheSettings, cfg: float, expects_uncond: bool) -> CacheRun:
+    target = registry.resolve(transformer)
+    clock = StepClock(SIGMAS)
+    return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, cfg, expects_uncond)
+
+
+def run_split(transformer, settings, order):
+    """cond and uncond as separate calls, in ``order`` each step."""
+    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
+    with open_run(transformer, settings, cfg=3.5, expects_uncond=True) as run:
+        for i in range(STEPS):
+            for branch in order:
+                s = streams[branch]
+                with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
+                    out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return run, streams
+
+
+def run_single(transformer, settings, stream: Stream):
+    """One stream alone, one call per step: the reference for what that stream should get."""
+    with open_run(transformer, settings, cfg=1.0, expects_uncond=False) as run:
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return run
+
+
+FAST = CacheSettings(preset="custom", steps_mask="fast")
+
+
+def test_one_call_per_step_caches_the_masked_steps(transformer):
+    run = run_single(transformer, FAST, Stream(COND, 1))
+    record = run.record
+    assert record.cached_steps == FAST_MASK_CACHED
+    assert (record.cfg_mode, record.has_separate_cfg) == ("none", False)
+    # A cached step runs only the Fn=1 first block.
+    assert record.block_evals == 5 * SHAPE.layers + 3 * 1
+    assert not hasattr(transformer, "_is_cached"), "cache-dit must be disabled after the run"
+
+
+@pytest.mark.parametrize("order", [(COND, UNCOND), (UNCOND, COND)], ids=["cond_first", "uncond_first"])
+def test_split_calls_keep_cond_and_uncond_apart(transformer, order):
+    run, streams = run_split(transformer, FAST, order)
+    assert (run.record.cfg_mode, run.record.has_separate_cfg) == ("split", True)
+    assert run.record.cached_steps == FAST_MASK_CACHED
+    assert run.record.cache_contexts == 1
+    for branch, seed, tokens in ((COND, 1, 5), (UNCOND, 2, 7)):
+        alone = Stream(branch, seed, tokens=tokens)
+        run_single(transformer, FAST, alone)
+        for step, (mixed, reference) in enumerate(zip(streams[branch].outputs, alone.outputs)):
+            torch.testing.assert_close(mixed, reference, rtol=0, atol=0, msg=f"branch {branch} step {step}")
+
+
+def test_batched_cond_uncond_is_one_stream(transformer):
+    uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
+    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+        for i in range(STEPS):
+            x = torch.cat([uncond.x, cond.x])
+            context = torch.cat([uncond.context, cond.context])
+            with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
+                out = forward(transformer, x, context, SIGMAS[i])
+            uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+            cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    assert (run.record.cfg_mode, run.record.has_separate_cfg) == ("batched", False)
+    assert run.record.cached_steps == FAST_MASK_CACHED
+    alone = Stream(COND, 1)
+    run_single(transformer, FAST, alone)
+    for mixed, reference in zip(cond.outputs, alone.outputs):
+        torch.testing.assert_close(mixed, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_a_fixed_has_separate_cfg_false_mixes_split_calls(transformer):
+    """Control for the test above: cache-dit alone, with has_separate_cfg fixed to False, gets split
+    calls wrong (each call counts as a step and both branches share one residual), so that check can fail."""
+    import cache_dit
+
+    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=5)}
+    mask = cache_dit.steps_mask(total_steps=2 * STEPS, mask_policy="fast")
+    adapter = cache_dit.BlockAdapter(transformer=transformer, blocks=transformer.transformer_blocks,
+                                     forward_pattern=cache_dit.ForwardPattern.Pattern_3, has_separate_cfg=False)
+    cache_dit.enable_cache(adapter, cache_config=cache_dit.DBCacheConfig(
+        Fn_compute_blocks=1, Bn_compute_blocks=0, enable_separate_cfg=False, steps_computation_mask=mask,
+        steps_computation_policy="static", num_inference_steps=2 * STEPS))
+    try:
+        for i in range(STEPS):
+            for branch in (COND, UNCOND):
+                s = streams[branch]
+                out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    finally:
+        cache_dit.disable_cache(transformer)
+    alone = Stream(COND, 1, tokens=5)
+    run_single(transformer, FAST, alone)
+    assert not all(torch.equal(a, b) for a, b in zip(streams[COND].outputs, alone.outputs))
+
+
+def test_several_calls_per_step_count_as_one_step(transformer):
+    """heun-like: a second evaluation at the next sigma; dpm-2s-like: one at an intermediate sigma."""
+    stream = Stream(COND, 1)
+    extra_calls = []
+    with open_run(transformer, FAST, cfg=1.0, expects_uncond=False) as run:
+        for i in range(STEPS):
+            for sigma in (SIGMAS[i], (SIGMAS[i] + SIGMAS[i + 1]) / 2):
+                with run.model_call(sigma, [COND], [stream.x.shape]) as served:
+                    out = forward(transformer, stream.x, stream.context, sigma)
+                if not served:
+                    extra_calls.append((stream.x, sigma, out))
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    # Extra calls are computed in full, exactly like the model without the cache.
+    for x, sigma, out in extra_calls:
+        torch.testing.assert_close(out, forward(transformer, x, stream.context, sigma), rtol=0, atol=0)
+    record = run.record
+    assert record.steps == STEPS and record.calls == 2 * STEPS
+    assert record.extra_calls == STEPS
+    assert record.cached_steps == FAST_MASK_CACHED
+    assert record.cache_contexts == 1
+
+
+def test_more_than_two_streams_per_step_do_not_crash_or_mix(transformer):
+    """Area conds: cond, uncond and a further cond of another shape as separate calls."""
+    streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7), Stream(COND, 3, tokens=9)]
+    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+        for i in range(STEPS):
+            for s in streams:
+                with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
+                    out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    assert run.record.has_separate_cfg and run.record.cache_contexts == 1
+    assert run.record.extra_calls == STEPS  # the third stream is always computed in full
+    assert run.record.cached_steps == FAST_MASK_CACHED
+
+
+def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
+    """Batched for four steps, then split (as under memory pressure): never serve a stale residual."""
+    uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
+    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+        for i in range(STEPS):
+            if i < 4:
+                x, context = torch.cat([uncond.x, cond.x]), torch.cat([uncond.context, cond.context])
+                with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
+                    out = forward(transformer, x, context, SIGMAS[i])
+                uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+                cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+            else:
+                for s in (uncond, cond):
+                    with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
+                        out = forward(transformer, s.x, s.context, SIGMAS[i])
+                    s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    record = run.record
+    assert record.cache_contexts == 2
+    assert record.step_states[4] == "computed", "the first split step has no residual of its own yet"
+    assert record.cached_steps == [3, 5, 6]
+    split_calls = [c for c in record.call_log if c[0] >= 4]
+    assert [c[1] for c in split_calls[:2]] == [[UNCOND], [COND]]
+
+
+def test_order_flip_mid_run_recomputes(transformer):
+    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
+    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+        for i in range(STEPS):
+            for branch in ((COND, UNCOND) if i < 5 else (UNCOND, COND)):
+                s = streams[branch]
+                with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
+                    out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    assert run.record.cache_contexts == 2
+    assert run.record.step_states[5] == "computed"
+
+
+def test_each_run_starts_clean_and_leaves_the_module_uncached(transformer):
+    first, second = Stream(COND, 1), Stream(COND, 1)
+    run_single(transformer, FAST, first)
+    run_single(transformer, FAST, second)
+    for a, b in zip(first.outputs, second.outputs):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    plain = Stream(COND, 1)
+    x, context = plain.x, plain.context
+    assert type(transformer.forward).__name__ == "method"
+    torch.testing.assert_close(forward(transformer, x, context, 0.5), forward(transformer, x, context, 0.5))
+
+
+def test_an_error_inside_the_run_still_disables_the_cache(transformer):
+    stream = Stream(COND, 1)
+    run = open_run(transformer, FAST, cfg=1.0, expects_uncond=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        with run:
+            with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
+                forward(transformer, stream.x, stream.context, SIGMAS[0])
+            raise RuntimeError("boom")
+    assert run.record.status == "error"
+    assert not hasattr(transformer, "_is_cached")
+
+
+def test_exact_when_caching_is_off(transformer):
+    off = CacheSettings(preset="custom", residual_diff_threshold=0.0, steps_mask="none")
+    cached, plain = Stream(COND, 1), Stream(COND, 1)
+    run = run_single(transformer, off, cached)
+    for i in range(STEPS):
+        plain.advance(forward(transformer, plain.x, plain.context, SIGMAS[i]), float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    assert run.record.cached_steps == []
+    for a, b in zip(cached.outputs, plain.outputs):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_threshold_caching_without_a_mask(transformer):
+    loose = CacheSettings(preset="custom", residual_diff_threshold=1.5, max_warmup_steps=2,
+                          max_continuous_cached_steps=2)
+    run = run_single(transformer, loose, Stream(COND, 1))
+    cached = run.record.cached_steps
+    assert cached and min(cached) >= 2
+    assert all(not {s, s + 1, s + 2} <= set(cached) for s in cached), "at most 2 cached steps in a row"
+
+
+def test_taylorseer_runs(transformer):
+    settings = CacheSettings(preset="custom", steps_mask="fast", enable_taylorseer=True, taylorseer_order=2)
+    stream = Stream(COND, 1)
+    run = run_single(transformer, settings, stream)
+    assert run.record.cached_steps == FAST_MASK_CACHED
+    assert all(torch.isfinite(o).all() for o in stream.outputs)
+
+
+def test_unsupported_module_is_named_in_the_error():
+    with pytest.raises(registry.UnsupportedModelError, match=r"got a Linear model.*Supported: Krea-2"):
+        registry.resolve(torch.nn.Linear(2, 2))
