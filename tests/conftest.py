@@ -102,7 +102,11 @@ def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
     from krea2_cachedit.adapters.synthetic import save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_base"))
+    from comfy_models import make_tiny_wan
+
     save_native_checkpoint(base / "models" / "diffusion_models" / "krea2_tiny.safetensors", tiny_shape, seed=0)
+    # A real non-Krea model, for the "unsupported model" checks (made before the server lists its files).
+    make_tiny_wan(comfy_root, base / "models" / "diffusion_models" / "tiny_wan.safetensors")
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()
