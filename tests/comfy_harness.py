@@ -55,14 +55,15 @@ def free_port() -> int:
 
 
 class ComfyServer:
-    """One real ComfyUI process on the CPU, with a private base directory."""
+    """One real ComfyUI process (on the CPU unless ``cpu=False``), with a private base directory."""
 
-    def __init__(self, comfy_root: Path, base_dir: Path, extra_args: list[str] | None = None):
+    def __init__(self, comfy_root: Path, base_dir: Path, extra_args: list[str] | None = None, cpu: bool = True):
         self.comfy_root = comfy_root
         self.base_dir = base_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_args = extra_args or []
+        self.cpu = cpu
         self.process: subprocess.Popen | None = None
         self.log_path = base_dir / "comfyui.log"
         self.client_id = uuid.uuid4().hex
@@ -84,7 +85,7 @@ class ComfyServer:
     # --- process ----------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> "ComfyServer":
         self.prepare_base_dir(self.base_dir)
-        cmd = [comfyui_python(self.comfy_root), "main.py", "--cpu", "--listen", "127.0.0.1",
+        cmd = [comfyui_python(self.comfy_root), "main.py", *(["--cpu"] if self.cpu else []), "--listen", "127.0.0.1",
                "--port", str(self.port), "--disable-auto-launch", "--base-directory", str(self.base_dir),
                "--disable-metadata", *self.extra_args]
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -1,0 +1,248 @@
+"""Krea-2 Cache-DiT, side by side: the same sampling with and without the cache, in one run.
+
+Default (no arguments): a mid-size seeded-random Krea-2 generated on the fly,
+sampled on the CPU through the real ComfyUI server when one is found (see the
+README for how it is found), otherwise through the pack's adapters and a
+diffusers Krea-2 directly. Prints, per setting: cached steps, the ideal speedup
+(transformer block evaluations without the cache / with it, counting the
+blocks cache-dit always computes), the measured wall-clock speedup, their
+ratio, and how far the cached result is from the uncached one.
+
+With ``--model PATH`` it samples a real Krea-2 checkpoint (ComfyUI's
+"Load Diffusion Model" format) on the GPU when there is one, for each preset,
+so a user can pick settings for their card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+from comfy_harness import ComfyServer, find_comfyui, prompt_error  # noqa: E402
+from krea2_prompts import krea2_prompt  # noqa: E402
+
+# Mid-size: blocks dominate the cost like in the full 12.9B model, small enough for a CPU.
+MID_SIZE = dict(features=1024, layers=12, heads=8, kvheads=2, txtdim=160, txtlayers=4)
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    steps: int
+    cfg: float
+    cache: dict | None      # Krea2CacheDiT inputs; None = the graph without the node
+
+
+def default_cases(steps: int, cfg: float, raw: bool) -> list[Case]:
+    cases = [
+        Case("uncached", steps, cfg, None),
+        Case("preset auto", steps, cfg, {"preset": "auto"}),
+        Case("steps_mask fast", steps, cfg, {"preset": "custom", "steps_mask": "fast"}),
+        Case("steps_mask ultra", steps, cfg, {"preset": "custom", "steps_mask": "ultra"}),
+    ]
+    if raw:
+        cases += [Case("raw uncached", 52, 3.5, None), Case("raw preset auto", 52, 3.5, {"preset": "auto"}),
+                  Case("raw steps_mask medium", 52, 3.5, {"preset": "custom", "steps_mask": "medium"})]
+    return cases
+
+
+def load_pack():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("krea2_cachedit", REPO_ROOT / "__init__.py",
+                                                  submodule_search_locations=[str(REPO_ROOT)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["krea2_cachedit"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- through the real ComfyUI ------------------------------------------------------------
+
+def execution_seconds(entry: dict) -> float:
+    stamps = {kind: data["timestamp"] for kind, data in entry["status"]["messages"]}
+    return (stamps["execution_success"] - stamps["execution_start"]) / 1000.0
+
+
+def run_comfyui(args, comfy_root: Path) -> list[dict]:
+    load_pack()
+    from krea2_cachedit.adapters.synthetic import Krea2Shape, save_native_checkpoint
+
+    base = ComfyServer.prepare_base_dir(Path(tempfile.mkdtemp(prefix="krea2_bench_")))
+    if args.model:
+        link = base / "models" / "diffusion_models" / Path(args.model).name
+        link.symlink_to(Path(args.model).resolve())
+        model_name, features = link.name, 12 * 2560  # the native krea2 text encoder's layout
+    else:
+        shape = Krea2Shape(**MID_SIZE)
+        model_name, features = "krea2_bench.safetensors", shape.context_features
+        print(f"Generating a mid-size Krea-2 ({MID_SIZE}) ...", flush=True)
+        save_native_checkpoint(base / "models" / "diffusion_models" / model_name, shape, seed=0)
+    server = ComfyServer(comfy_root, base, cpu=not args.gpu).start()
+    try:
+        return measure(server, args, model_name, features)
+    finally:
+        server.stop()
+
+
+def case_prompt(case: Case, args, model_name: str, features: int, seed: int) -> dict:
+    prompt = krea2_prompt(cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, size=args.size,
+                          model=model_name, pos_tokens=args.tokens, neg_tokens=args.tokens,
+                          prefix=f"bench_{case.name.replace(' ', '_')}")
+    for node in ("2", "3"):
+        prompt[node]["inputs"]["features"] = features
+    return prompt
+
+
+def measure(server: ComfyServer, args, model_name: str, features: int) -> list[dict]:
+    cases = default_cases(args.steps, args.cfg, args.raw)
+    results = {c.name: {"case": c, "times": [], "latents": [], "stats": None} for c in cases}
+    print("Warming up (model load, first runs) ...", flush=True)
+    for case in cases:
+        entry = server.run(case_prompt(case, args, model_name, features, seed=10_000))
+        if prompt_error(entry):
+            raise SystemExit(f"{case.name}: {prompt_error(entry)}\n{server.log_tail()}")
+    for rep in range(args.repeats):
+        # Alternate the order so drift (thermal, background load) hits every case alike.
+        for case in (cases if rep % 2 == 0 else list(reversed(cases))):
+            entry = server.run(case_prompt(case, args, model_name, features, seed=rep))
+            result = results[case.name]
+            result["times"].append(execution_seconds(entry))
+            result["latents"].append((rep, server.saved_latent(entry, "7")))
+            if case.cache is not None:
+                result["stats"] = server.get("/krea2_cachedit/stats")["runs"][-1]
+    return summarize(results)
+
+
+def summarize(results: dict) -> list[dict]:
+    rows = []
+    for name, result in results.items():
+        case = result["case"]
+        reference = results["raw uncached" if name.startswith("raw") else "uncached"]
+        base_time = statistics.median(reference["times"])
+        time_ = statistics.median(result["times"])
+        deviation = max(float((lat - ref).norm() / ref.norm())
+                        for (_, lat), (_, ref) in zip(sorted(result["latents"], key=lambda t: t[0]),
+                                                      sorted(reference["latents"], key=lambda t: t[0])))
+        stats = result["stats"]
+        ideal = stats["ideal_speedup"] if stats else 1.0
+        wall = base_time / time_
+        rows.append({"case": name, "steps": case.steps, "cfg": case.cfg, "seconds": time_,
+                     "cached": f"{len(stats['cached_steps'])}/{stats['steps']}" if stats else "-",
+                     "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall,
+                     "efficiency": wall / ideal, "deviation": deviation})
+    return rows
+
+
+# --- through the adapters only (no ComfyUI) -----------------------------------------------
+
+def run_adapters(args) -> list[dict]:
+    import torch
+
+    load_pack()
+    from krea2_cachedit.adapters import registry
+    from krea2_cachedit.adapters.cache_run import CacheRun
+    from krea2_cachedit.adapters.settings import CacheSettings, plan_run
+    from krea2_cachedit.adapters.step_clock import StepClock
+    from krea2_cachedit.adapters.synthetic import Krea2Shape, diffusers_transformer
+
+    shape = Krea2Shape(**MID_SIZE)
+    print(f"No ComfyUI found: sampling a mid-size diffusers Krea-2 ({MID_SIZE}) through the adapters.", flush=True)
+    transformer = diffusers_transformer(shape, seed=0)
+    side = args.size // 16
+    sigmas = torch.linspace(1.0, 0.0, args.steps + 1)
+
+    def sample(settings: CacheSettings | None, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(1, side * side, shape.channels * 4, generator=g)
+        context = torch.randn(1, args.tokens, shape.txtlayers, shape.txtdim, generator=g)
+        ids = torch.zeros(args.tokens + side * side, 3)
+        ids[args.tokens:, 1] = torch.arange(side * side) // side
+        ids[args.tokens:, 2] = torch.arange(side * side) % side
+        run = None
+        if settings is not None:
+            target = registry.resolve(transformer)
+            clock = StepClock(sigmas)
+            run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, 1.0, False)
+        started = time.perf_counter()
+        with torch.inference_mode(), (run if run else _null()):
+            for i in range(args.steps):
+                with (run.model_call(sigmas[i], [0], [x.shape]) if run else _null()):
+                    v = transformer(x, context, sigmas[i:i + 1], ids).sample
+                x = x + (sigmas[i + 1] - sigmas[i]) * v
+        return time.perf_counter() - started, x, (run.record.as_dict() if run else None)
+
+    cases = {"uncached": None, "preset auto": CacheSettings(preset="auto"),
+             "steps_mask fast": CacheSettings(preset="custom", steps_mask="fast"),
+             "steps_mask ultra": CacheSettings(preset="custom", steps_mask="ultra")}
+    results = {name: {"case": Case(name, args.steps, 1.0, {} if s else None), "times": [], "latents": [],
+                      "stats": None} for name, s in cases.items()}
+    for name, settings in cases.items():
+        sample(settings, seed=10_000)  # warm-up
+    for rep in range(args.repeats):
+        for name, settings in (cases.items() if rep % 2 == 0 else reversed(cases.items())):
+            seconds, latent, stats = sample(settings, seed=rep)
+            results[name]["times"].append(seconds)
+            results[name]["latents"].append((rep, latent))
+            results[name]["stats"] = stats
+    return summarize(results)
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def print_table(rows: list[dict], where: str):
+    print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of side-by-side runs:")
+    header = f"{'setting':<22}{'steps':>6}{'cfg':>5}{'mode':>9}{'cached':>8}{'s/run':>8}{'ideal':>7}{'wall':>7}{'wall/ideal':>11}{'deviation':>11}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['case']:<22}{r['steps']:>6}{r['cfg']:>5g}{r['cfg_mode']:>9}{r['cached']:>8}{r['seconds']:>8.2f}"
+              f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{r['efficiency']:>10.0%}{r['deviation']:>11.4f}")
+    print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time; "
+          "deviation = relative L2 distance of the final latent from the uncached one (same seed).")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="a real Krea-2 checkpoint (native format); sampled on the GPU")
+    parser.add_argument("--gpu", action="store_true", help="let ComfyUI use the GPU")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--cfg", type=float, default=1.0)
+    parser.add_argument("--size", type=int, default=256, help="image side in pixels")
+    parser.add_argument("--tokens", type=int, default=32, help="conditioning tokens")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--raw", action="store_true", help="also run Krea-2 Raw settings (52 steps, CFG 3.5)")
+    parser.add_argument("--adapters-only", action="store_true", help="skip ComfyUI even when it is found")
+    args = parser.parse_args(argv)
+    if args.model:
+        args.gpu = True
+    comfy_root = None if args.adapters_only else find_comfyui()
+    if comfy_root is None and args.model:
+        raise SystemExit("--model needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
+    if comfy_root is not None:
+        print(f"Using ComfyUI at {comfy_root}", flush=True)
+        rows = run_comfyui(args, comfy_root)
+        where = f"ComfyUI, {'GPU' if args.gpu else 'CPU'}, {'model ' + args.model if args.model else 'generated mid-size Krea-2'}"
+    else:
+        rows = run_adapters(args)
+        where = "adapters only, CPU, generated mid-size Krea-2"
+    print_table(rows, where)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
