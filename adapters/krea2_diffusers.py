@@ -1,0 +1,523 @@
+"""Load Krea-2 weights, in any plain layout, into diffusers' ``Krea2Transformer2DModel``.
+
+Three layouts are read, all without a network:
+
+- a diffusers folder: ``config.json`` + ``diffusion_pytorch_model*.safetensors`` (sharded
+  with an index, or one file), either the transformer folder itself or a pipeline
+  folder whose ``transformer/`` holds it;
+- a single file with diffusers key names (``img_in.*``, ``transformer_blocks.N.*``, ...);
+- a single file in the original key format that ComfyUI loads (``first.*``, ``blocks.N.*``,
+  ``txtfusion.*``, ...), optionally prefixed ``model.diffusion_model.``.
+
+Original-format names go through diffusers' own converter, one tensor at a time, so the
+whole checkpoint is never held twice. Weights are read with safetensors' lazy
+``safe_open`` and the mapping is closed every ``RELEASE_WINDOW_BYTES`` so that pages of
+the file already copied do not stay resident. Nothing here imports ComfyUI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+KREA2_CLASS_NAME = "Krea2Transformer2DModel"
+CONFIG_NAME = "config.json"
+NATIVE_MARKER = "txtfusion.projector.weight"
+DIFFUSERS_MARKER = "text_fusion.projector.weight"
+# Checked longest first: "model.diffusion_model." also ends with "diffusion_model.".
+NATIVE_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "")
+DIFFUSERS_PREFIXES = ("transformer.", "")
+
+# Native Krea-2 fixes these; the shapes of a checkpoint cannot tell them (ComfyUI assumes the same).
+HEAD_DIM = 128
+TEXT_FUSION_HEADS = 20
+ROPE_THETA = 1000.0
+NORM_EPS = 1e-5
+
+WEIGHT_DTYPES: dict[str, torch.dtype | None] = {
+    "default": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+QUANTIZED_DTYPES = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "I8", "U8"}
+# Key endings that only quantized checkpoints carry (ComfyUI's scaled fp8, int8 and nvfp4 formats).
+QUANTIZATION_KEY_ENDINGS = ("weight_scale", "weight_scale_2", "input_scale", "scale_weight", "scale_input",
+                            "comfy_quant", "scaled_fp8")
+
+# Reopen the file after this many bytes: pages of a closed mapping leave resident memory.
+RELEASE_WINDOW_BYTES = 16 << 20
+
+
+class Krea2LoadError(ValueError):
+    """A checkpoint that this loader cannot read; the message says which file and what to do."""
+
+
+class QuantizedCheckpointError(Krea2LoadError):
+    """A quantized Krea-2 checkpoint: ComfyUI's own loader reads these."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    dtype: str  # safetensors dtype name, e.g. "BF16"
+
+    @property
+    def nbytes(self) -> int:
+        numel = 1
+        for size in self.shape:
+            numel *= size
+        torch_dtype = SAFETENSORS_DTYPES.get(self.dtype)
+        return numel * (torch_dtype.itemsize if torch_dtype is not None else 1)
+
+
+@dataclasses.dataclass
+class Shard:
+    """One safetensors file and how its keys map onto the diffusers model."""
+
+    path: Path
+    names: dict[str, str]            # stored key -> diffusers parameter name
+    infos: dict[str, TensorInfo]     # stored key -> shape and dtype
+    native: bool                     # original key format: values go through diffusers' converter
+    prefix: str                      # stripped from stored keys before conversion
+
+
+@dataclasses.dataclass
+class Krea2Checkpoint:
+    """A readable Krea-2 checkpoint, inspected but not loaded."""
+
+    path: Path
+    layout: str                      # "native file", "diffusers file" or "diffusers folder"
+    config: dict
+    shards: list[Shard]
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(info.nbytes for shard in self.shards for info in shard.infos.values())
+
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        """The dtype most of the weights are stored in (norm scales may differ)."""
+        totals: dict[str, int] = {}
+        for shard in self.shards:
+            for info in shard.infos.values():
+                totals[info.dtype] = totals.get(info.dtype, 0) + info.nbytes
+        return SAFETENSORS_DTYPES[max(totals, key=totals.get)]
+
+
+# --- reading headers -------------------------------------------------------------------
+
+def read_header(path: Path) -> dict[str, TensorInfo]:
+    """Tensor names, shapes and dtypes of a safetensors file, without reading its data."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if path.suffix.lower() != ".safetensors":
+        raise Krea2LoadError(
+            f"{path.name}: only .safetensors checkpoints can be read safely; convert '{path.suffix}' "
+            "files to safetensors first.")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            slices = {key: handle.get_slice(key) for key in handle.keys()}
+            return {key: TensorInfo(tuple(piece.get_shape()), piece.get_dtype()) for key, piece in slices.items()}
+    except Exception as error:  # safetensors raises its own error type for every kind of damage
+        raise Krea2LoadError(
+            f"{path}: not a readable safetensors file ({error}). The file is truncated or corrupt; "
+            "download or export it again.") from None
+
+
+def detect_key_format(keys) -> tuple[str, str] | None:
+    """``("native" | "diffusers", prefix)`` for a Krea-2 transformer's keys, or None."""
+    keys = set(keys)
+    for prefix in NATIVE_PREFIXES:
+        if prefix + NATIVE_MARKER in keys and prefix + "first.weight" in keys:
+            return "native", prefix
+    for prefix in DIFFUSERS_PREFIXES:
+        if prefix + DIFFUSERS_MARKER in keys and prefix + "img_in.weight" in keys:
+            return "diffusers", prefix
+    return None
+
+
+def quantization_kind(infos: dict[str, TensorInfo]) -> str | None:
+    """A short description of how a checkpoint is quantized, or None for plain weights."""
+    for key in infos:
+        if key.endswith(QUANTIZATION_KEY_ENDINGS):
+            return f"it stores quantization scales such as '{key}'"
+    for key, info in infos.items():
+        if info.dtype in QUANTIZED_DTYPES:
+            return f"'{key}' is stored as {info.dtype}"
+    return None
+
+
+def check_not_quantized(path: Path, infos: dict[str, TensorInfo]) -> None:
+    kind = quantization_kind(infos)
+    if kind is not None:
+        raise QuantizedCheckpointError(
+            f"{Path(path).name} is a quantized Krea-2 checkpoint ({kind}; e.g. *_fp8_scaled, *_int8_convrot, "
+            "*_nvfp4). 'Load Krea-2 (diffusers)' reads plain bf16/fp16/fp32 weights only. Load this file with "
+            "ComfyUI's 'Load Diffusion Model' node instead: its MODEL works with KSampler and Krea-2 Cache-DiT.")
+
+
+# --- key names -------------------------------------------------------------------------
+
+def convert_native(key: str, tensor: torch.Tensor) -> tuple[str, torch.Tensor]:
+    """One original-format tensor under its diffusers name, via diffusers' own converter."""
+    from diffusers.loaders.single_file_utils import convert_krea2_transformer_checkpoint_to_diffusers
+
+    ((name, value),) = convert_krea2_transformer_checkpoint_to_diffusers({key: tensor}).items()
+    return name, value
+
+
+def diffusers_names(infos: dict[str, TensorInfo], key_format: str, prefix: str) -> dict[str, str]:
+    """Stored key -> diffusers parameter name, for the keys that belong to the transformer."""
+    names = {}
+    for key, info in infos.items():
+        if not key.startswith(prefix):
+            continue
+        bare = key[len(prefix):]
+        if key_format == "native":
+            bare, _ = convert_native(bare, torch.empty(info.shape, device="meta"))
+        names[key] = bare
+    return names
+
+
+def diffusers_shapes(shards: list[Shard]) -> dict[str, tuple[int, ...]]:
+    """Diffusers parameter name -> shape, as the model will hold it."""
+    shapes = {}
+    for shard in shards:
+        for key, name in shard.names.items():
+            shape = shard.infos[key].shape
+            if shard.native:
+                _, converted = convert_native(key[len(shard.prefix):], torch.empty(shape, device="meta"))
+                shape = tuple(converted.shape)
+            shapes[name] = shape
+    return shapes
+
+
+# --- configuration ---------------------------------------------------------------------
+
+def _count_indexed(shapes: dict, prefix: str) -> int:
+    indices = {name[len(prefix):].split(".", 1)[0] for name in shapes if name.startswith(prefix)}
+    return len({int(index) for index in indices if index.isdigit()})
+
+
+def rope_axes(head_dim: int) -> tuple[int, int, int]:
+    """ComfyUI's native split of a head across the (t, h, w) rotary axes."""
+    spatial = 6 * (head_dim // 16)
+    return (head_dim - 2 * spatial, spatial, spatial)
+
+
+def config_from_shapes(shapes: dict[str, tuple[int, ...]]) -> dict:
+    """The ``Krea2Transformer2DModel`` config that a checkpoint's diffusers-named shapes describe."""
+    try:
+        hidden, in_channels = shapes["img_in.weight"]
+        text_dim = shapes["text_fusion.layerwise_blocks.0.norm1.weight"][0]
+        config = {
+            "in_channels": in_channels,
+            "num_layers": _count_indexed(shapes, "transformer_blocks."),
+            "attention_head_dim": HEAD_DIM,
+            "num_attention_heads": shapes["transformer_blocks.0.attn.to_q.weight"][0] // HEAD_DIM,
+            "num_key_value_heads": shapes["transformer_blocks.0.attn.to_k.weight"][0] // HEAD_DIM,
+            "intermediate_size": shapes["transformer_blocks.0.ff.gate.weight"][0],
+            "timestep_embed_dim": shapes["time_embed.linear_1.weight"][1],
+            "text_hidden_dim": text_dim,
+            "num_text_layers": shapes["text_fusion.projector.weight"][1],
+            "text_num_attention_heads": TEXT_FUSION_HEADS,
+            "text_num_key_value_heads":
+                shapes["text_fusion.layerwise_blocks.0.attn.to_k.weight"][0] // (text_dim // TEXT_FUSION_HEADS),
+            "text_intermediate_size": shapes["text_fusion.layerwise_blocks.0.ff.gate.weight"][0],
+            "num_layerwise_text_blocks": _count_indexed(shapes, "text_fusion.layerwise_blocks."),
+            "num_refiner_text_blocks": _count_indexed(shapes, "text_fusion.refiner_blocks."),
+            "axes_dims_rope": rope_axes(HEAD_DIM),
+            "rope_theta": ROPE_THETA,
+            "norm_eps": NORM_EPS,
+        }
+    except (KeyError, ValueError) as error:
+        raise Krea2LoadError(f"the checkpoint lacks a Krea-2 tensor the config is derived from ({error})") from None
+    if hidden != config["num_attention_heads"] * HEAD_DIM:
+        raise Krea2LoadError(f"transformer width {hidden} is not a multiple of the {HEAD_DIM}-wide attention heads")
+    return config
+
+
+def read_folder_config(folder: Path) -> dict | None:
+    """The transformer ``config.json`` in ``folder``, or None when it has none."""
+    path = Path(folder) / CONFIG_NAME
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise Krea2LoadError(f"{path}: unreadable config.json ({error}); restore it from the model's release.") from None
+
+
+def transformer_folder(folder: Path) -> Path:
+    """The folder holding the Krea-2 transformer: ``folder`` itself or its ``transformer/`` subfolder."""
+    folder = Path(folder)
+    for candidate in (folder, folder / "transformer"):
+        config = read_folder_config(candidate)
+        if config is None:
+            continue
+        class_name = config.get("_class_name")
+        if class_name == KREA2_CLASS_NAME:
+            return candidate
+        raise Krea2LoadError(
+            f"{candidate / CONFIG_NAME} describes a {class_name or 'model without _class_name'}, not a Krea-2 "
+            f"transformer ({KREA2_CLASS_NAME}). Pick a Krea-2 model folder (the transformer folder or the "
+            "pipeline folder that contains it).")
+    raise Krea2LoadError(
+        f"{folder}: no {CONFIG_NAME} here or in transformer/. A diffusers Krea-2 folder holds the transformer's "
+        f"{CONFIG_NAME} and its diffusion_pytorch_model*.safetensors weights.")
+
+
+def folder_weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a diffusers transformer folder, from its index when it has one."""
+    indexes = sorted(folder.glob("*.safetensors.index.json"))
+    if indexes:
+        try:
+            weight_map = json.loads(indexes[0].read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError) as error:
+            raise Krea2LoadError(f"{indexes[0]}: unreadable shard index ({error}); download it again.") from None
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        missing = [path.name for path in files if not path.is_file()]
+        if missing:
+            raise Krea2LoadError(f"{folder}: shards listed in {indexes[0].name} are missing: {', '.join(missing)}. "
+                                 "Finish downloading the model.")
+        return files
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise Krea2LoadError(f"{folder}: no .safetensors weights next to {CONFIG_NAME}; download the "
+                             "diffusion_pytorch_model*.safetensors files too.")
+    return files
+
+
+# --- inspection ------------------------------------------------------------------------
+
+def _not_krea2(path: Path, infos: dict[str, TensorInfo]) -> Krea2LoadError:
+    sample = ", ".join(list(infos)[:3]) or "no tensors"
+    return Krea2LoadError(
+        f"{path} is not a Krea-2 transformer checkpoint (found {sample}, ...). Expected Krea-2 keys such as "
+        f"'{NATIVE_MARKER}' (original format) or '{DIFFUSERS_MARKER}' (diffusers format).")
+
+
+def inspect_file(path: Path) -> Krea2Checkpoint:
+    """Check a single checkpoint file and derive its model config from the tensor shapes."""
+    path = Path(path)
+    infos = read_header(path)
+    key_format = detect_key_format(infos)
+    if key_format is None:
+        raise _not_krea2(path, infos)
+    check_not_quantized(path, infos)
+    kind, prefix = key_format
+    names = diffusers_names(infos, kind, prefix)  # other keys (e.g. a VAE in the same file) are ignored
+    shard = Shard(path, names, {key: infos[key] for key in names}, kind == "native", prefix)
+    try:
+        config = config_from_shapes(diffusers_shapes([shard]))
+    except Krea2LoadError as error:
+        raise Krea2LoadError(f"{path}: {error}. The file looks like Krea-2 but is incomplete; export it again.") from None
+    return Krea2Checkpoint(path, f"{kind} file", config, [shard])
+
+
+def inspect_folder(folder: Path) -> Krea2Checkpoint:
+    """Check a diffusers folder: its config and every shard's keys."""
+    transformer_dir = transformer_folder(folder)
+    config = read_folder_config(transformer_dir)
+    shards = []
+    for path in folder_weight_files(transformer_dir):
+        infos = read_header(path)
+        check_not_quantized(path, infos)
+        shards.append(Shard(path, {key: key for key in infos}, infos, native=False, prefix=""))
+    return Krea2Checkpoint(Path(folder), "diffusers folder", config, shards)
+
+
+def inspect(path: Path) -> Krea2Checkpoint:
+    path = Path(path)
+    if path.is_dir():
+        return inspect_folder(path)
+    if not path.is_file():
+        raise Krea2LoadError(f"{path}: no such file or folder.")
+    return inspect_file(path)
+
+
+def is_krea2_candidate(path: Path) -> bool:
+    """Cheap check for listing: a Krea-2 file (quantized ones too) or a Krea-2 diffusers folder."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            transformer_folder(path)
+            return True
+        return detect_key_format(read_header(path)) is not None
+    except Krea2LoadError:
+        return False
+
+
+# --- building and loading --------------------------------------------------------------
+
+LinearFactory = Callable[[int, int, bool], torch.nn.Module]
+
+
+def build_empty_transformer(config: dict, make_linear: LinearFactory | None = None):
+    """A ``Krea2Transformer2DModel`` with no storage (meta device), optionally with custom Linear layers.
+
+    ``make_linear(in_features, out_features, bias)`` lets a host swap in Linear layers it can
+    offload and patch (ComfyUI's ops); parameter names stay diffusers' own.
+    """
+    from diffusers import Krea2Transformer2DModel
+
+    with torch.device("meta"):
+        model = Krea2Transformer2DModel.from_config(config)
+        if make_linear is not None:
+            _replace_linears(model, make_linear)
+    return model.eval().requires_grad_(False)
+
+
+def _replace_linears(model: torch.nn.Module, make_linear: LinearFactory) -> None:
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, child_name, make_linear(child.in_features, child.out_features, child.bias is not None))
+
+
+def keeps_fp32(name: str) -> bool:
+    """Norm scales stay in fp32, as diffusers keeps them and as native Krea-2 computes with them."""
+    from diffusers import Krea2Transformer2DModel
+
+    parts = name.split(".")
+    return any(module in parts for module in Krea2Transformer2DModel._keep_in_fp32_modules)
+
+
+def _set_parameter(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
+    module_path, _, leaf = name.rpartition(".")
+    module = model.get_submodule(module_path)
+    setattr(module, leaf, torch.nn.Parameter(tensor, requires_grad=False))
+
+
+def _window_keys(shard: Shard) -> Iterator[list[str]]:
+    """The shard's keys in file order, grouped into windows of about ``RELEASE_WINDOW_BYTES``."""
+    window, size = [], 0
+    for key in shard.names:
+        window.append(key)
+        size += shard.infos[key].nbytes
+        if size >= RELEASE_WINDOW_BYTES:
+            yield window
+            window, size = [], 0
+    if window:
+        yield window
+
+
+def _owned_copy(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # safetensors hands out views of its memory map; a copy lets the mapping (and its pages) go.
+    return tensor.to(dtype=dtype, copy=True).contiguous()
+
+
+def _stream_tensors(shard: Shard, dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import safe_open
+
+    for window in _window_keys(shard):
+        with safe_open(str(shard.path), framework="pt") as handle:
+            for key in window:
+                tensor = handle.get_tensor(key)
+                name = shard.names[key]
+                if shard.native:
+                    name, tensor = convert_native(key[len(shard.prefix):], tensor)
+                target = torch.float32 if keeps_fp32(name) else (dtype or tensor.dtype)
+                yield name, _owned_copy(tensor, target)
+                del tensor
+
+
+def _release(model: torch.nn.Module) -> None:
+    """Drop every loaded weight of a model whose loading failed."""
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            setattr(module, name, torch.nn.Parameter(torch.empty(param.shape, device="meta"), requires_grad=False))
+
+
+def load_transformer(checkpoint: Krea2Checkpoint, dtype: torch.dtype | None = None,
+                     make_linear: LinearFactory | None = None):
+    """Build the diffusers transformer and fill it tensor by tensor from the checkpoint.
+
+    ``dtype`` None keeps each tensor as stored. Raises ``Krea2LoadError`` naming the file
+    when a tensor is missing, unexpected or of the wrong shape; nothing stays loaded then.
+    """
+    try:
+        model = build_empty_transformer(checkpoint.config, make_linear)
+    except (TypeError, ValueError) as error:
+        raise Krea2LoadError(f"{checkpoint.path}: its Krea-2 config cannot build a model ({error}).") from None
+    expected = {name: tuple(param.shape) for name, param in
+                build_empty_transformer(checkpoint.config).named_parameters()}
+    loaded: set[str] = set()
+    try:
+        for shard in checkpoint.shards:
+            for name, tensor in _stream_tensors(shard, dtype):
+                _check_tensor(shard.path, name, tuple(tensor.shape), expected)
+                _set_parameter(model, name, tensor)
+                loaded.add(name)
+                del tensor
+        missing = sorted(set(expected) - loaded)
+        if missing:
+            raise Krea2LoadError(
+                f"{checkpoint.path}: {len(missing)} Krea-2 tensors are missing (e.g. {', '.join(missing[:3])}). "
+                "The checkpoint is incomplete or its config.json does not match the weights; download it again.")
+    except BaseException:
+        _release(model)
+        raise
+    return model
+
+
+def _check_tensor(path: Path, name: str, shape: tuple[int, ...], expected: dict) -> None:
+    if name not in expected:
+        raise Krea2LoadError(f"{path}: unexpected tensor '{name}' for a Krea-2 transformer; the file mixes in "
+                             "another model's weights or does not match its config.json.")
+    if shape != expected[name]:
+        raise Krea2LoadError(f"{path}: tensor '{name}' has shape {list(shape)} but the Krea-2 config expects "
+                             f"{list(expected[name])}; config.json and weights belong to different models.")
+
+
+# --- listing ---------------------------------------------------------------------------
+
+_CANDIDATE_CACHE: dict[tuple[str, int, int], bool] = {}
+FOLDER_SEARCH_DEPTH = 3  # e.g. diffusers/<org>/<model>/transformer
+
+
+def _cached_is_candidate(path: Path) -> bool:
+    # Headers are re-read only when a file or config changes: the list is rebuilt on every UI refresh.
+    probe = path / CONFIG_NAME if path.is_dir() else path
+    probe = probe if probe.exists() else path / "transformer" / CONFIG_NAME
+    try:
+        stat = probe.stat()
+    except OSError:
+        return False
+    cache_key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if cache_key not in _CANDIDATE_CACHE:
+        _CANDIDATE_CACHE[cache_key] = is_krea2_candidate(path)
+    return _CANDIDATE_CACHE[cache_key]
+
+
+def krea2_files(named_files) -> list[str]:
+    """Names of the Krea-2 safetensors among ``(name, full path)`` pairs."""
+    return [name for name, full_path in named_files
+            if str(name).lower().endswith(".safetensors") and _cached_is_candidate(Path(full_path))]
+
+
+def krea2_folders(roots) -> list[str]:
+    """Krea-2 diffusers folders under ``roots``, as paths relative to their root."""
+    found = []
+    for root in map(Path, roots):
+        if root.is_dir():
+            found.extend(_walk_folders(root, root, FOLDER_SEARCH_DEPTH))
+    return sorted(set(found))
+
+
+def _walk_folders(root: Path, folder: Path, depth: int) -> list[str]:
+    found = []
+    try:
+        children = sorted(child for child in folder.iterdir() if child.is_dir())
+    except OSError:
+        return found
+    for child in children:
+        if _cached_is_candidate(child):
+            found.append(child.relative_to(root).as_posix())
+        elif depth > 1:
+            found.extend(_walk_folders(root, child, depth - 1))
+    return found

@@ -1,0 +1,75 @@
+"""The "Load Krea-2 (diffusers)" node: a thin shell around ``adapters.krea2_diffusers``."""
+
+from __future__ import annotations
+
+import os
+
+import folder_paths
+from comfy_api.latest import io
+
+from ..adapters import krea2_diffusers
+
+FILE_FOLDER = "diffusion_models"
+DIFFUSERS_FOLDER = "diffusers"
+
+
+def list_model_names() -> list[str]:
+    """Krea-2 files in 'diffusion_models' and Krea-2 diffusers folders in 'diffusers'."""
+    files = [(name, folder_paths.get_full_path(FILE_FOLDER, name))
+             for name in folder_paths.get_filename_list(FILE_FOLDER)]
+    files = [(name, path) for name, path in files if path]
+    return krea2_diffusers.krea2_files(files) + krea2_diffusers.krea2_folders(
+        folder_paths.get_folder_paths(DIFFUSERS_FOLDER))
+
+
+def resolve_model_path(model_name: str) -> str | None:
+    """The file or folder that ``model_name`` names, or None."""
+    path = folder_paths.get_full_path(FILE_FOLDER, model_name)
+    if path:
+        return path
+    for root in folder_paths.get_folder_paths(DIFFUSERS_FOLDER):
+        candidate = os.path.join(root, os.path.normpath(model_name))
+        # Stay inside the diffusers folder even for names that a hand-edited workflow supplies.
+        inside = os.path.commonpath([os.path.abspath(root), os.path.abspath(candidate)]) == os.path.abspath(root)
+        if inside and os.path.isdir(candidate):
+            return candidate
+    return None
+
+
+class Krea2DiffusersLoader(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="Krea2DiffusersLoader",
+            display_name="Load Krea-2 (diffusers)",
+            category="Krea-2",
+            description=("Loads Krea-2 weights (diffusers folder, diffusers single file or original-format file) "
+                         "into diffusers' Krea2Transformer2DModel and hands it to ComfyUI as a MODEL."),
+            inputs=[
+                io.Combo.Input("model_name", options=list_model_names(), tooltip=(
+                    "A Krea-2 checkpoint file from models/diffusion_models, or a diffusers Krea-2 folder from "
+                    "models/diffusers (the transformer folder or the pipeline folder holding transformer/). "
+                    "Quantized files (fp8/int8/nvfp4) need ComfyUI's 'Load Diffusion Model' instead.")),
+                io.Combo.Input("weight_dtype", options=list(krea2_diffusers.WEIGHT_DTYPES), default="default",
+                               tooltip=("Precision to hold the weights in: 'default' keeps them as stored; "
+                                        "bf16/fp16 halve fp32 weights; norm scales always stay fp32.")),
+            ],
+            outputs=[io.Model.Output(tooltip=(
+                "The Krea-2 model, for KSampler, LoRA loaders and the Krea-2 Cache-DiT node. "
+                "Use it with CLIPLoader type 'krea2' and the Wan 2.1 VAE."))],
+        )
+
+    @classmethod
+    def validate_inputs(cls, model_name: str) -> bool | str:
+        # Any file or folder is accepted, not only the listed ones, so that a workflow naming a
+        # damaged or foreign file gets the loader's diagnosis instead of "value not in list".
+        if resolve_model_path(model_name) is None:
+            return (f"'{model_name}' is neither a file in models/{FILE_FOLDER} nor a folder in "
+                    f"models/{DIFFUSERS_FOLDER}.")
+        return True
+
+    @classmethod
+    def execute(cls, model_name: str, weight_dtype: str) -> io.NodeOutput:
+        from .diffusers_model import load_krea2_diffusers
+
+        return io.NodeOutput(load_krea2_diffusers(resolve_model_path(model_name), weight_dtype))
