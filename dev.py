@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Two commands for a fresh clone (only Python needed):
+
+    python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
+    python3 dev.py test    # the whole test suite (what CI runs)
+
+Both set up their environment first. When a ComfyUI is found (``COMFYUI_PATH``,
+the ComfyUI whose ``custom_nodes`` holds this pack, or ``~/comfy/ComfyUI``),
+they use its virtual environment (creating it from ComfyUI's requirements when
+it has none) and install this pack's requirements into it, as ComfyUI-Manager
+would. Otherwise they use ``.venv`` in this folder with a CPU build of torch,
+and the ComfyUI tests are skipped with a message saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent
+sys.path.insert(0, str(REPO / "tests"))
+from comfy_harness import find_comfyui  # noqa: E402  (stdlib only)
+
+DEV_REQUIREMENTS = ["pytest>=8"]
+# Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.
+STANDALONE_TORCH = "torch==2.13.0"
+
+
+def sh(*cmd, **kwargs):
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    return subprocess.run([str(c) for c in cmd], check=True, **kwargs)
+
+
+def venv_python(folder: Path) -> Path:
+    return folder / "bin" / "python"
+
+
+def create_venv(folder: Path) -> Path:
+    if not venv_python(folder).exists():
+        print(f"Creating a virtual environment in {folder}", flush=True)
+        venv.create(folder, with_pip=True)
+    return venv_python(folder)
+
+
+def pip_install(python: Path, *args):
+    sh(python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *args)
+
+
+def prepare() -> tuple[Path, Path | None]:
+    """The interpreter to run with, and the ComfyUI it will test against (or None)."""
+    comfy_root = find_comfyui()
+    if comfy_root is not None:
+        folder = next((comfy_root / d for d in (".venv", "venv") if (comfy_root / d / "bin" / "python").exists()),
+                      comfy_root / ".venv")
+        fresh = not venv_python(folder).exists()
+        python = create_venv(folder)
+        if fresh:
+            pip_install(python, "-r", comfy_root / "requirements.txt")
+        print(f"ComfyUI found at {comfy_root}; using {python}", flush=True)
+    else:
+        python = create_venv(REPO / ".venv")
+        if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0:
+            pip_install(python, STANDALONE_TORCH)
+        print(f"No ComfyUI found: using {python}; ComfyUI-based steps will be skipped.", flush=True)
+    pip_install(python, "-r", REPO / "requirements.txt", *DEV_REQUIREMENTS)
+    return python, comfy_root
+
+
+def prepare_browser():
+    """Chromium and playwright-core for the browser tier; the tests skip (and say why) if this fails."""
+    script = REPO / "tests" / "browser" / "setup.sh"
+    if script.exists():
+        result = subprocess.run(["bash", str(script)])
+        print(f"browser setup: {'ok' if result.returncode == 0 else 'FAILED (browser tests will be skipped)'}",
+              flush=True)
+
+
+def prepare_packaging_tools():
+    """comfy-cli, for the packaging tests, in its own venv so it cannot disturb ComfyUI's."""
+    python = create_venv(REPO / ".tools-venv")
+    result = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "comfy-cli"])
+    if result.returncode == 0:
+        os.environ["KREA2_COMFY_CLI"] = str(python.parent / "comfy")
+    print(f"comfy-cli setup: {'ok' if result.returncode == 0 else 'FAILED (packaging tests will be skipped)'}",
+          flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("demo", "test"):
+        print(__doc__)
+        return 2
+    command, rest = argv[0], argv[1:]
+    python, _ = prepare()
+    if command == "demo":
+        return subprocess.run([python, REPO / "benchmarks" / "speedup.py", *rest]).returncode
+    prepare_browser()
+    prepare_packaging_tools()
+    result = subprocess.run([python, "-m", "pytest", "-ra", *rest], cwd=REPO)
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
