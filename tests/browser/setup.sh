@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what tests/test_browser.py needs: Debian's chromium and the pinned
+# playwright-core (npm ci here). Prints one "BROWSER SETUP: OK" or
+# "BROWSER SETUP: FAILED (...)" line and always exits 0: without a browser the
+# browser tests skip with a message, they don't fail the rest of CI.
+set -u
+cd "$(dirname "$0")"
+
+problems=()
+chromium="${CHROMIUM_PATH:-$(command -v chromium || echo /usr/bin/chromium)}"
+
+if [ ! -x "$chromium" ]; then
+  if [ "$(id -u)" = 0 ]; then as_root=(); elif sudo -n true 2>/dev/null; then as_root=(sudo -n); else as_root=(); fi
+  if [ "$(id -u)" = 0 ] || [ ${#as_root[@]} -gt 0 ]; then
+    echo "installing chromium with apt-get..."
+    "${as_root[@]}" apt-get update -qq >/dev/null \
+      && DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq chromium >/dev/null \
+      || problems+=("apt-get install chromium failed")
+    chromium="$(command -v chromium || echo /usr/bin/chromium)"
+  else
+    problems+=("chromium missing and no root/sudo to apt-get install it")
+  fi
+fi
+[ -x "$chromium" ] && echo "chromium: $("$chromium" --version 2>/dev/null)"
+
+if ! command -v npm >/dev/null; then
+  problems+=("npm missing (install Node.js 20+)")
+elif ! npm ci --no-audit --no-fund --loglevel=error; then
+  problems+=("npm ci failed")
+fi
+
+if [ ${#problems[@]} -eq 0 ] && [ -x "$chromium" ] && [ -d node_modules/playwright-core ]; then
+  echo "BROWSER SETUP: OK (playwright-core $(node -p 'require("playwright-core/package.json").version'))"
+else
+  [ ${#problems[@]} -eq 0 ] && problems=("chromium or playwright-core missing")
+  echo "BROWSER SETUP: FAILED ($(printf '%s; ' "${problems[@]}" | sed 's/; $//'))"
+fi
+exit 0

@@ -1,0 +1,168 @@
+"""The stats panel on the Krea2CacheDiT node, in the real graph editor in headless Chromium.
+
+A real sampling run through the real ComfyUI server: the test loads a UI-format
+workflow into the editor, queues it, and checks that what the node displays
+matches what ``GET /krea2_cachedit/stats`` reports, then that it comes back on a
+page reload and clears when another workflow is loaded.
+
+Needs Chromium and ``npm ci`` in tests/browser (``tests/browser/setup.sh``).
+``KREA2_FRONTEND_ROOT`` runs it against another frontend build (an unpacked
+``comfyui-frontend-package``'s ``static`` folder) through ComfyUI's ``--front-end-root``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from comfy_harness import ComfyServer
+from krea2_prompts import TINY_CONTEXT_FEATURES, TINY_MODEL
+
+pytestmark = pytest.mark.browser
+
+BROWSER_DIR = Path(__file__).resolve().parent / "browser"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+STEPS = 8
+CACHE_NODE_ID = 5
+
+
+@pytest.fixture(scope="module")
+def browser_tools() -> tuple[str, str]:
+    """Node and Chromium paths, or a skip (before any server starts) that says how to get them."""
+    chromium = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    node = shutil.which("node")
+    missing = []
+    if not Path(chromium).exists():
+        missing.append("chromium (apt-get install chromium)")
+    if node is None:
+        missing.append("node")
+    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
+        missing.append("playwright-core (npm ci in tests/browser)")
+    if missing:
+        pytest.skip(f"browser test needs {', '.join(missing)}; run tests/browser/setup.sh")
+    return node, chromium
+
+
+def ui_workflow(seed: int) -> dict:
+    """UNETLoader -> Krea2CacheDiT -> KSampler -> SaveLatent in the editor's own (UI) format.
+
+    The Krea2CacheDiT node keeps its defaults (no widgets_values), as a user's freshly
+    added node would. ``seed`` must be new to the server: ComfyUI would otherwise serve
+    the KSampler from its cache of an earlier test's identical graph, and nothing samples.
+    """
+    def node(node_id, type_, pos, inputs=(), outputs=(), widgets=None):
+        data = {"id": node_id, "type": type_, "pos": pos, "flags": {}, "order": node_id, "mode": 0,
+                "properties": {}, "inputs": [{"name": n, "type": t, "link": link} for n, t, link in inputs],
+                "outputs": [{"name": n, "type": t, "links": links, "slot_index": i}
+                            for i, (n, t, links) in enumerate(outputs)]}
+        if widgets is not None:
+            data["widgets_values"] = widgets
+        return data
+
+    nodes = [
+        node(1, "UNETLoader", [20, 40], outputs=[("MODEL", "MODEL", [1])],
+             widgets=[TINY_MODEL, "default"]),
+        node(2, "Krea2TestConditioning", [20, 200], outputs=[("CONDITIONING", "CONDITIONING", [3])],
+             widgets=[1, "fixed", 8, TINY_CONTEXT_FEATURES]),
+        node(3, "Krea2TestConditioning", [20, 380], outputs=[("CONDITIONING", "CONDITIONING", [4])],
+             widgets=[2, "fixed", 8, TINY_CONTEXT_FEATURES]),
+        node(4, "EmptyLatentImage", [20, 560], outputs=[("LATENT", "LATENT", [5])], widgets=[64, 64, 1]),
+        node(CACHE_NODE_ID, "Krea2CacheDiT", [380, 40], inputs=[("model", "MODEL", 1)],
+             outputs=[("MODEL", "MODEL", [2])]),
+        node(6, "KSampler", [760, 40],
+             inputs=[("model", "MODEL", 2), ("positive", "CONDITIONING", 3),
+                     ("negative", "CONDITIONING", 4), ("latent_image", "LATENT", 5)],
+             outputs=[("LATENT", "LATENT", [6])],
+             widgets=[seed, "fixed", STEPS, 1.0, "euler", "simple", 1.0]),
+        node(7, "SaveLatent", [760, 420], inputs=[("samples", "LATENT", 6)], widgets=["krea2_browser"]),
+    ]
+    links = [[1, 1, 0, CACHE_NODE_ID, 0, "MODEL"], [2, CACHE_NODE_ID, 0, 6, 0, "MODEL"],
+             [3, 2, 0, 6, 1, "CONDITIONING"], [4, 3, 0, 6, 2, "CONDITIONING"],
+             [5, 4, 0, 6, 3, "LATENT"], [6, 6, 0, 7, 0, "LATENT"]]
+    return {"last_node_id": 7, "last_link_id": 6, "nodes": nodes, "links": links, "groups": [],
+            "config": {}, "extra": {"ds": {"scale": 1.0, "offset": [80, 110]}}, "version": 0.4}
+
+
+@pytest.fixture(scope="module")
+def editor_server(browser_tools, request, comfy_root, tmp_path_factory, tiny_shape):
+    """The session's ComfyUI, or one serving the frontend in KREA2_FRONTEND_ROOT."""
+    frontend = os.environ.get("KREA2_FRONTEND_ROOT")
+    if not frontend:
+        yield request.getfixturevalue("comfy_server")
+        return
+    from krea2_cachedit.adapters.synthetic import save_native_checkpoint
+
+    base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_frontend"))
+    save_native_checkpoint(base / "models" / "diffusion_models" / TINY_MODEL, tiny_shape, seed=0)
+    server = ComfyServer(comfy_root, base, extra_args=["--front-end-root", frontend]).start()
+    yield server
+    server.stop()
+
+
+def _quiet_first_run(server: ComfyServer):
+    """A fresh user would get the template browser over the canvas; a returning one would not."""
+    for setting, value in {"Comfy.TutorialCompleted": True}.items():
+        server.post(f"/settings/{setting}", value)
+
+
+def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path):
+    node, chromium = browser_tools
+    _quiet_first_run(editor_server)
+    workflow_path = tmp_path / "workflow.json"
+    workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31))))
+    ARTIFACTS.mkdir(exist_ok=True)
+    known_prompts = {r["prompt_id"] for r in editor_server.get("/krea2_cachedit/stats")["runs"]}
+
+    driver = subprocess.run(
+        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS)],
+        cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium),
+        capture_output=True, text=True, timeout=900)
+    result_path = ARTIFACTS / "result.json"
+    result = json.loads(result_path.read_text()) if result_path.exists() else {}
+    print(f"screenshot: {ARTIFACTS / 'browser_stats.png'}  (frontend {result.get('frontend_version')}, "
+          f"run {result.get('run_seconds')}s)")
+    assert driver.returncode == 0 and "error" not in result, (
+        f"browser driver failed: {result.get('error')}\nfailed requests: {result.get('failed_requests')}\n"
+        f"{driver.stdout[-3000:]}\n{driver.stderr[-3000:]}\n"
+        f"server log:\n{editor_server.log_tail()}")
+    assert not result["console_errors"], result["console_errors"]
+    ours = [r for r in result["failed_requests"] if "krea2" in r]
+    assert not ours, ours
+
+    # Before the run the node shows its empty panel, not someone else's numbers.
+    assert result["before_run"] is not None, "no stats panel on the Krea2CacheDiT node"
+    assert result["before_run"]["prompt_id"] == "" and result["before_run"]["cells"] == []
+
+    # The record the server kept for this run is the one the node shows.
+    runs = [r for r in editor_server.get("/krea2_cachedit/stats")["runs"] if r["prompt_id"] not in known_prompts]
+    assert len(runs) == 1, runs
+    record = runs[0]
+    assert record["node_id"] == str(CACHE_NODE_ID) and record["steps"] == STEPS
+    live = result["live"]
+    assert live["visible"], "the stats panel is not visible on the canvas"
+    assert (live["prompt_id"], live["node_id"]) == (record["prompt_id"], record["node_id"])
+    assert live["cells"] == record["step_states"]
+    text = live["text"]
+    assert f"Cached steps: {len(record['cached_steps'])}/{STEPS}" in text, text
+    saved = re.search(r"Block evals saved: ([\d.]+)% \((\d+)/(\d+) run\)", text)
+    assert saved, text
+    assert abs(float(saved.group(1)) - 100 * record["blocks_saved"]) <= 0.051, text
+    assert (int(saved.group(2)), int(saved.group(3))) == (record["block_evals"], record["block_evals_uncached"])
+    separate = "on" if record["has_separate_cfg"] else "off"
+    assert f"CFG: {record['cfg_mode']} · separate CFG: {separate}" in text, text
+    assert ARTIFACTS.joinpath("browser_stats.png").stat().st_size > 10_000
+
+    # Reopening the editor restores the workflow and the stats, from the route this time.
+    reloaded = result["after_reload"]
+    assert (reloaded["prompt_id"], reloaded["cells"]) == (record["prompt_id"], record["step_states"])
+    assert reloaded["text"] == text
+    # Loading a workflow is a graph change: no stale numbers on the new graph's node.
+    cleared = result["after_new_graph"]
+    assert cleared["prompt_id"] == "" and cleared["cells"] == [] and "/" not in cleared["text"]
