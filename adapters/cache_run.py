@@ -150,9 +150,13 @@ class CacheRun:
                 has_separate_cfg=False,  # the real value goes into each context's DBCacheConfig
             )
             if getattr(self.target.module, "_is_cached", False):
-                # Left over by a crashed process state; a cached module ignores new configs.
+                # A cached module silently ignores a new config: start from the plain module.
                 cache_dit.disable_cache(self.target.module)
-            cache_dit.enable_cache(adapter, **self._cache_configs(start_step=0, separate_cfg=False))
+            try:
+                cache_dit.enable_cache(adapter, **self._cache_configs(start_step=0, separate_cfg=False))
+            except Exception:
+                cache_dit.disable_cache(self.target.module)  # never leave a half-patched shared module
+                raise
         self._hooks = [block.register_forward_pre_hook(self._count_block) for block in self._original_blocks]
         return self
 
