@@ -263,7 +263,10 @@ def load_krea2_diffusers(path, weight_dtype: str = "default", disable_dynamic: b
     model_config = comfy.supported_models.Krea2(native_unet_config(checkpoint.config))
     manual_cast_dtype = comfy.model_management.unet_manual_cast(
         unet_dtype, load_device, model_config.supported_inference_dtypes)
-    model_config.set_inference_dtype(unet_dtype, manual_cast_dtype, device=load_device)
+    try:
+        model_config.set_inference_dtype(unet_dtype, manual_cast_dtype, device=load_device)
+    except TypeError:  # ComfyUI before 0.28 takes no device here
+        model_config.set_inference_dtype(unet_dtype, manual_cast_dtype)
     operations = comfy.ops.pick_operations(unet_dtype, manual_cast_dtype, load_device=load_device)
 
     transformer = krea2_diffusers.load_transformer(
