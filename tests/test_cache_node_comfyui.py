@@ -83,9 +83,9 @@ def test_exact_when_caching_is_off(comfy_server, baseline):
     assert torch.equal(comfy_server.saved_latent(entry, "7"), baseline)
 
 
-def test_step_count_and_resolution_change_between_runs(comfy_server):
+def test_step_count_resolution_and_batch_change_between_runs(comfy_server):
     _, [first] = run_and_stats(comfy_server, krea2_prompt(steps=8, cache=FAST))
-    _, [second] = run_and_stats(comfy_server, krea2_prompt(steps=12, size=96, cache=FAST, seed=5))
+    _, [second] = run_and_stats(comfy_server, krea2_prompt(steps=12, size=96, batch=2, cache=FAST, seed=5))
     assert first["steps"] == 8 and second["steps"] == 12
     assert second["cache_contexts"] == 1 and second["cached_steps"] and 0 not in second["cached_steps"]
     # Same graph and settings again: same cached steps, nothing carried over between runs.
