@@ -14,7 +14,6 @@ The loader promises a ratio of at most 1.3. Linux only (/proc). Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
@@ -22,19 +21,10 @@ import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PACK_NAME = "krea2_cachedit"
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+from comfy_harness import load_pack  # noqa: E402  (the repository as the package ComfyUI sees)
 LIMIT = 1.3
-
-
-def import_pack():
-    """The repository as the package ComfyUI would see; the loader itself needs no ComfyUI."""
-    if PACK_NAME not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            PACK_NAME, REPO_ROOT / "__init__.py", submodule_search_locations=[str(REPO_ROOT)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[PACK_NAME] = module
-        spec.loader.exec_module(module)
-    return sys.modules[PACK_NAME]
 
 
 def benchmark_shape(layers: int):
@@ -87,7 +77,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="write the checkpoint here and keep it")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # internal: the fresh process
     args = parser.parse_args()
-    import_pack()
+    load_pack()
 
     if args.measure:
         print(json.dumps(measure(args.measure, args.dtype)))

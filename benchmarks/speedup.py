@@ -16,6 +16,7 @@ so a user can pick settings for their card.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from comfy_harness import ComfyServer, find_comfyui, prompt_error  # noqa: E402
+from comfy_harness import ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
 from krea2_prompts import krea2_prompt  # noqa: E402
 
 # Mid-size: blocks dominate the cost like in the full 12.9B model, small enough for a CPU.
@@ -52,17 +53,6 @@ def default_cases(steps: int, cfg: float, raw: bool) -> list[Case]:
         cases += [Case("raw uncached", 52, 3.5, None), Case("raw preset auto", 52, 3.5, {"preset": "auto"}),
                   Case("raw steps_mask medium", 52, 3.5, {"preset": "custom", "steps_mask": "medium"})]
     return cases
-
-
-def load_pack():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("krea2_cachedit", REPO_ROOT / "__init__.py",
-                                                  submodule_search_locations=[str(REPO_ROOT)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["krea2_cachedit"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- through the real ComfyUI ------------------------------------------------------------
@@ -173,9 +163,9 @@ def run_adapters(args) -> list[dict]:
             clock = StepClock(sigmas)
             run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, 1.0, False)
         started = time.perf_counter()
-        with torch.inference_mode(), (run if run else _null()):
+        with torch.inference_mode(), (run if run else contextlib.nullcontext()):
             for i in range(args.steps):
-                with (run.model_call(sigmas[i], [0], [x.shape]) if run else _null()):
+                with (run.model_call(sigmas[i], [0], [x.shape]) if run else contextlib.nullcontext()):
                     v = transformer(x, context, sigmas[i:i + 1], ids).sample
                 x = x + (sigmas[i + 1] - sigmas[i]) * v
         return time.perf_counter() - started, x, (run.record.as_dict() if run else None)
@@ -194,14 +184,6 @@ def run_adapters(args) -> list[dict]:
             results[name]["latents"].append((rep, latent))
             results[name]["stats"] = stats
     return summarize(results)
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def print_table(rows: list[dict], where: str):

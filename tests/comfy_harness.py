@@ -8,6 +8,7 @@ through its public HTTP API, like the graph editor does.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +24,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACK_DIR_NAME = "krea2_cachedit"
 TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
+
+
+def load_pack():
+    """Import the repository as the package ComfyUI would see (a folder in custom_nodes)."""
+    if PACK_DIR_NAME not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            PACK_DIR_NAME, REPO_ROOT / "__init__.py", submodule_search_locations=[str(REPO_ROOT)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[PACK_DIR_NAME] = module
+        spec.loader.exec_module(module)
+    return sys.modules[PACK_DIR_NAME]
 
 
 def find_comfyui() -> Path | None:

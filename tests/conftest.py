@@ -8,31 +8,15 @@ Test tiers (see README, "Development"):
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = TESTS_DIR.parent
-PACK_NAME = "krea2_cachedit"
 sys.path.insert(0, str(TESTS_DIR))
 
-from comfy_harness import ComfyServer, find_comfyui  # noqa: E402
-
-
-def load_pack():
-    """Import the repository as the package ComfyUI would see (a folder in custom_nodes)."""
-    if PACK_NAME in sys.modules:
-        return sys.modules[PACK_NAME]
-    spec = importlib.util.spec_from_file_location(
-        PACK_NAME, REPO_ROOT / "__init__.py", submodule_search_locations=[str(REPO_ROOT)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[PACK_NAME] = module
-    spec.loader.exec_module(module)
-    return module
-
+from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
 
 load_pack()
 

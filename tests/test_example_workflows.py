@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 from comfy_harness import PACK_DIR_NAME, comfyui_python, prompt_error
+from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs
 
 pytestmark = pytest.mark.comfyui
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO_ROOT / "example_workflows").glob("*.json"))
-WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
-UI_ONLY_TYPES = {"MarkdownNote", "Note"}  # the editor's own nodes; never sent to the server
 CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 
 # Model-file widgets hold the Comfy-Org Krea-2 names (the server here has none of those files).
@@ -51,30 +50,6 @@ TEST_SIZE = 64
 
 
 # --- the editor's format -------------------------------------------------------------
-
-def ordered_inputs(info: dict):
-    """(name, type, options, is_widget) for each input, in the order the editor lays them out.
-
-    COMBO choices come as ``[choices, opts]`` (V1 nodes) or ``["COMBO", {"options": ...}]`` (V3);
-    both end up in ``opts["options"]``.
-    """
-    for section in ("required", "optional"):
-        for name in info.get("input_order", {}).get(section, []):
-            spec = info["input"][section][name]
-            opts = dict((spec[1] if len(spec) > 1 else None) or {})
-            kind = spec[0]
-            if isinstance(kind, list):
-                kind, opts["options"] = "COMBO", kind
-            yield name, kind, opts, kind in WIDGET_TYPES and not opts.get("forceInput")
-
-
-def has_control_widget(name: str, kind: str, opts: dict) -> bool:
-    """Whether the editor stores a control_after_generate value after this widget's value."""
-    control = opts.get("control_after_generate")
-    if control is None:  # the editor adds it to INT seeds unless told otherwise
-        return kind == "INT" and name in ("seed", "noise_seed")
-    return bool(control)
-
 
 def widget_values(node: dict, info: dict) -> dict[str, tuple]:
     """name -> (value, control value or None), read positionally from ``widgets_values``."""

@@ -21,10 +21,13 @@ import uuid
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+from comfy_harness import ComfyServer, find_comfyui  # noqa: E402
+from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs  # noqa: E402
+
 OUT_DIR = REPO_ROOT / "example_workflows"
 PACK_CNR_ID = "comfyui-krea2-cachedit"  # the registry id ([project].name), so the editor can offer the pack
-WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
-UI_ONLY_TYPES = {"MarkdownNote", "Note"}
 HF = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main"
 
 # The Comfy-Org Krea-2 files (https://huggingface.co/Comfy-Org/Krea-2), by loader input.
@@ -59,29 +62,12 @@ def note(variant: str, loader: str) -> str:
 
 def widget_names(info: dict) -> list[tuple[str, bool]]:
     """(input name, has a control_after_generate value) for each widget, in the editor's order."""
-    out = []
-    for section in ("required", "optional"):
-        for name in info.get("input_order", {}).get(section, []):
-            spec = info["input"][section][name]
-            kind, opts = spec[0], (spec[1] if len(spec) > 1 else {}) or {}
-            if not (isinstance(kind, list) or kind in WIDGET_TYPES) or opts.get("forceInput"):
-                continue
-            control = opts.get("control_after_generate")
-            if control is None:  # the editor's default: INT seeds get the control
-                control = kind == "INT" and name in ("seed", "noise_seed")
-            out.append((name, bool(control)))
-    return out
+    return [(name, has_control_widget(name, kind, opts))
+            for name, kind, opts, is_widget in ordered_inputs(info) if is_widget]
 
 
 def socket_inputs(info: dict) -> list[tuple[str, str]]:
-    out = []
-    for section in ("required", "optional"):
-        for name in info.get("input_order", {}).get(section, []):
-            spec = info["input"][section][name]
-            kind, opts = spec[0], (spec[1] if len(spec) > 1 else {}) or {}
-            if not (isinstance(kind, list) or kind in WIDGET_TYPES) or opts.get("forceInput"):
-                out.append((name, kind if isinstance(kind, str) else "COMBO"))
-    return out
+    return [(name, kind) for name, kind, _, is_widget in ordered_inputs(info) if not is_widget]
 
 
 def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -> dict:
@@ -199,9 +185,6 @@ EXAMPLES = {
 
 
 def fetch_object_info() -> dict:
-    sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from comfy_harness import ComfyServer, find_comfyui
-
     root = find_comfyui()
     if root is None:
         sys.exit("no ComfyUI found (set COMFYUI_PATH)")
