@@ -26,8 +26,6 @@ import time
 import types
 import unittest.mock
 
-import torch
-
 from .registry import ResolvedTransformer
 from .settings import RunPlan
 from .stats import CallOutcome, RunRecord, summarize_steps

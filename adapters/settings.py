@@ -155,16 +155,21 @@ def build_step_mask(policy: str, steps: int) -> list[int]:
     raise ValueError(f"steps_mask '{policy}' needs 4, 6 or at least 8 sampling steps; this run has {steps}.")
 
 
+def check_compute_blocks(settings: CacheSettings, num_blocks: int) -> None:
+    """cache-dit needs Fn + Bn to fit in the model; say so here rather than in its assertion."""
+    if settings.Fn_compute_blocks + settings.Bn_compute_blocks > num_blocks:
+        raise ValueError(
+            f"Fn_compute_blocks ({settings.Fn_compute_blocks}) + Bn_compute_blocks "
+            f"({settings.Bn_compute_blocks}) must not exceed the model's {num_blocks} transformer blocks; "
+            f"lower them on the Krea-2 Cache-DiT node.")
+
+
 def plan_run(settings: CacheSettings, steps: int, num_blocks: int) -> RunPlan:
     """Resolve presets and the step mask for a run of ``steps`` steps on ``num_blocks`` blocks."""
     if steps < 1:
         raise ValueError("a sampling run needs at least one step")
     preset, effective = settings.effective(steps)
-    if effective.Fn_compute_blocks + effective.Bn_compute_blocks > num_blocks:
-        raise ValueError(
-            f"Fn_compute_blocks ({effective.Fn_compute_blocks}) + Bn_compute_blocks "
-            f"({effective.Bn_compute_blocks}) must not exceed the model's {num_blocks} transformer blocks; "
-            f"lower them on the Krea-2 Cache-DiT node.")
+    check_compute_blocks(effective, num_blocks)
     warnings: list[str] = []
     mask = None
     if effective.steps_mask != "none":

@@ -17,8 +17,7 @@ import dataclasses
 
 import torch
 
-NATIVE_HEAD_DIM = 128
-TEXT_FUSION_HEADS = 20
+from .krea2_diffusers import HEAD_DIM as NATIVE_HEAD_DIM, NORM_EPS, ROPE_THETA, TEXT_FUSION_HEADS, rope_axes
 MLP_MULTIPLIER = 4
 TIMESTEP_DIM = 256
 PATCH = 2
@@ -72,9 +71,9 @@ class Krea2Shape:
             "text_intermediate_size": swiglu_hidden_size(self.txtdim),
             "num_layerwise_text_blocks": 2,
             "num_refiner_text_blocks": 2,
-            "axes_dims_rope": (32, 48, 48),
-            "rope_theta": 1000.0,
-            "norm_eps": 1e-5,
+            "axes_dims_rope": rope_axes(NATIVE_HEAD_DIM),
+            "rope_theta": ROPE_THETA,
+            "norm_eps": NORM_EPS,
         }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..adapters.registry import UnsupportedModelError, resolve
-from ..adapters.settings import PRESET_NAMES, STEP_MASKS, CacheSettings
+from ..adapters.settings import PRESET_NAMES, STEP_MASKS, CacheSettings, check_compute_blocks
 from .wrappers import CacheDiTHolder, install
 
 DEFAULTS = CacheSettings()
@@ -75,9 +75,8 @@ class Krea2CacheDiT(io.ComfyNode):
             target = resolve(model.model.diffusion_model)
         except UnsupportedModelError as error:
             raise ValueError(str(error)) from None
-        if settings.preset == "custom" and Fn_compute_blocks + Bn_compute_blocks > target.num_blocks:
-            raise ValueError(f"Fn_compute_blocks + Bn_compute_blocks ({Fn_compute_blocks} + {Bn_compute_blocks}) "
-                             f"must not exceed the model's {target.num_blocks} transformer blocks.")
+        if settings.preset == "custom":  # otherwise the step count, known at run time, picks the preset
+            check_compute_blocks(settings, target.num_blocks)
         patched = model.clone()
         install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or "")))
         return io.NodeOutput(patched)
