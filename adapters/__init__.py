@@ -1,8 +1,8 @@
 """The pack's logic, kept free of ComfyUI imports.
 
 - ``registry``: which transformer classes are supported and where their blocks are;
-- ``settings``: node settings, presets and step masks, resolved per run;
-- ``cfg_layout`` and ``step_clock``: how a sampling run calls the model;
+- ``settings``: node settings and step masks, resolved per run;
+- ``step_clock``: which sampling step a model call belongs to;
 - ``cache_run``: cache-dit enabled for exactly one sampling run;
 - ``stats``: what a run cached, as served to the log, the HTTP route and the UI;
 - ``synthetic``: seeded-random Krea-2 checkpoints for tests, demos and benchmarks.

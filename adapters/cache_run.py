@@ -243,7 +243,8 @@ class CacheRun:
         settings = dataclasses.asdict(self.plan.settings)
         return RunRecord(
             node_id=str(self.node_id), prompt_id=str(self.prompt_id), model=self.target.family.name,
-            preset=self.plan.preset, steps_mask=self.plan.settings.steps_mask, steps=self.clock.steps,
+            steps_mask=self.plan.settings.steps_mask, mask=list(self.plan.mask) if self.plan.mask else None,
+            steps=self.clock.steps,
             cfg=self.cfg, cfg_mode=layout.mode if layout else _cfg_mode((), self.expects_uncond),
             has_separate_cfg=bool(layout and layout.separate_cfg), settings=settings,
             cached_steps=cached, partial_steps=partial, step_states=states,

@@ -27,8 +27,8 @@ class RunRecord:
     node_id: str
     prompt_id: str
     model: str
-    preset: str
     steps_mask: str
+    mask: list[int] | None        # the step mask built for this run (1 = compute), None without one
     steps: int
     cfg: float
     cfg_mode: str
@@ -69,7 +69,7 @@ class RunRecord:
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode}, "
-                f"has_separate_cfg={self.has_separate_cfg}, preset {self.preset}"
+                f"has_separate_cfg={self.has_separate_cfg}"
                 f"{'' if self.status == 'ok' else f', run {self.status}'}")
 
 

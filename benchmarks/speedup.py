@@ -9,8 +9,8 @@ blocks cache-dit always computes), the measured wall-clock speedup, their
 ratio, and how far the cached result is from the uncached one.
 
 With ``--model PATH`` it samples a real Krea-2 checkpoint (ComfyUI's
-"Load Diffusion Model" format) on the GPU when there is one, for each preset,
-so a user can pick settings for their card.
+"Load Diffusion Model" format) on the GPU when there is one, with the node's
+defaults and with step masks, so a user can pick settings for their card.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ class Case:
 def default_cases(steps: int, cfg: float, raw: bool) -> list[Case]:
     cases = [
         Case("uncached", steps, cfg, None),
-        Case("preset auto", steps, cfg, {"preset": "auto"}),
-        Case("steps_mask fast", steps, cfg, {"preset": "custom", "steps_mask": "fast"}),
-        Case("steps_mask ultra", steps, cfg, {"preset": "custom", "steps_mask": "ultra"}),
+        Case("node defaults", steps, cfg, {}),
+        Case("steps_mask fast", steps, cfg, {"steps_mask": "fast"}),
+        Case("steps_mask ultra", steps, cfg, {"steps_mask": "ultra"}),
     ]
     if raw:
-        cases += [Case("raw uncached", 52, 3.5, None), Case("raw preset auto", 52, 3.5, {"preset": "auto"}),
-                  Case("raw steps_mask medium", 52, 3.5, {"preset": "custom", "steps_mask": "medium"})]
+        cases += [Case("raw uncached", 52, 3.5, None), Case("raw node defaults", 52, 3.5, {}),
+                  Case("raw steps_mask medium", 52, 3.5, {"steps_mask": "medium"})]
     return cases
 
 
@@ -170,9 +170,9 @@ def run_adapters(args) -> list[dict]:
                 x = x + (sigmas[i + 1] - sigmas[i]) * v
         return time.perf_counter() - started, x, (run.record.as_dict() if run else None)
 
-    cases = {"uncached": None, "preset auto": CacheSettings(preset="auto"),
-             "steps_mask fast": CacheSettings(preset="custom", steps_mask="fast"),
-             "steps_mask ultra": CacheSettings(preset="custom", steps_mask="ultra")}
+    cases = {"uncached": None, "node defaults": CacheSettings(),
+             "steps_mask fast": CacheSettings(steps_mask="fast"),
+             "steps_mask ultra": CacheSettings(steps_mask="ultra")}
     results = {name: {"case": Case(name, args.steps, 1.0, {} if s else None), "times": [], "latents": [],
                       "stats": None} for name, s in cases.items()}
     for name, settings in cases.items():

@@ -5,14 +5,14 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..adapters.registry import UnsupportedModelError, resolve
-from ..adapters.settings import PRESET_NAMES, STEP_MASKS, CacheSettings, check_compute_blocks
+from ..adapters.settings import STEP_MASKS, CacheSettings, check_compute_blocks
 from .wrappers import CacheDiTHolder, install
 
 DEFAULTS = CacheSettings()
 
 
-def _int(name, default, minimum, maximum, tooltip, advanced=True):
-    return io.Int.Input(name, default=default, min=minimum, max=maximum, tooltip=tooltip, advanced=advanced)
+def _int(name, default, minimum, maximum, tooltip):
+    return io.Int.Input(name, default=default, min=minimum, max=maximum, tooltip=tooltip)
 
 
 class Krea2CacheDiT(io.ComfyNode):
@@ -24,27 +24,28 @@ class Krea2CacheDiT(io.ComfyNode):
             category="Krea-2",
             description=(
                 "Speeds up Krea-2 sampling with cache-dit (DBCache, TaylorSeer, step masks). Put it between "
-                "the model loader and the sampler. Whether cond and uncond are cached separately follows "
-                "the CFG and batching the sampler actually uses, per run."),
+                "the model loader and the sampler. The defaults are the reference DBCache settings measured on "
+                "real Krea-2 weights (F1B0, warmup 4, threshold 0.24, at most 3 cached steps in a row). "
+                "Whether cond and uncond are cached separately follows the CFG and batching the sampler "
+                "actually uses, per run. After each run the node shows what was cached and why."),
             inputs=[
                 io.Model.Input("model", tooltip="A Krea-2 MODEL (Load Diffusion Model or Load Krea-2 (diffusers))."),
-                io.Combo.Input("preset", options=list(PRESET_NAMES), default=DEFAULTS.preset, tooltip=(
-                    "Defaults for Krea-2. auto: turbo for runs of up to 16 steps, raw above. turbo: 8-step Turbo "
-                    "(step mask 'medium'). raw: ~52-step Raw (reference DBCache + TaylorSeer). A preset only fills "
-                    "settings left at their defaults; custom uses the inputs below exactly.")),
                 io.Combo.Input("steps_mask", options=list(STEP_MASKS), default=DEFAULTS.steps_mask, tooltip=(
                     "cache-dit step mask built for the run's step count: masked steps are served from the cache, "
-                    "so the speedup is predictable (slow < medium < fast < ultra). 'none': decide by threshold. "
-                    "Needs 4, 6 or at least 8 steps; other counts run without a mask and log a warning.")),
+                    "so the speedup is predictable (slow < medium < fast < ultra), and a masked step is never "
+                    "computed. 'none' (default): decide by the residual threshold. Needs 4, 6 or at least 8 "
+                    "steps; other counts run without a mask and say so in the stats.")),
                 _int("Fn_compute_blocks", DEFAULTS.Fn_compute_blocks, 1, 64,
                      "First blocks always computed; cache-dit measures the change between steps on them."),
                 _int("Bn_compute_blocks", DEFAULTS.Bn_compute_blocks, 0, 64,
                      "Last blocks always computed, to refine a cached result."),
                 io.Float.Input("residual_diff_threshold", default=DEFAULTS.residual_diff_threshold, min=0.0,
-                               max=2.0, step=0.01, advanced=True, tooltip=(
+                               max=2.0, step=0.01, tooltip=(
                                    "Reuse the cache when the first blocks' residual changed less than this "
-                                   "(relative). Higher is faster, lower is closer to the uncached image. "
-                                   "0 turns threshold caching off.")),
+                                   "(relative, against the last computed step). Higher is faster, lower is "
+                                   "closer to the uncached image. 0 turns threshold caching off; 1 or more "
+                                   "caches every step the other limits allow. After a run the node suggests "
+                                   "thresholds from the measured changes.")),
                 _int("max_warmup_steps", DEFAULTS.max_warmup_steps, 0, 1000,
                      "Steps at the start that are always computed."),
                 _int("warmup_interval", DEFAULTS.warmup_interval, 1, 100,
@@ -53,7 +54,7 @@ class Krea2CacheDiT(io.ComfyNode):
                      "Most steps served from the cache in one run (-1: no limit)."),
                 _int("max_continuous_cached_steps", DEFAULTS.max_continuous_cached_steps, -1, 1000,
                      "Most cached steps in a row before one is computed again (-1: no limit)."),
-                io.Boolean.Input("enable_taylorseer", default=DEFAULTS.enable_taylorseer, advanced=True,
+                io.Boolean.Input("enable_taylorseer", default=DEFAULTS.enable_taylorseer,
                                  tooltip="Extrapolate cached residuals with TaylorSeer instead of reusing them as is."),
                 _int("taylorseer_order", DEFAULTS.taylorseer_order, 1, 4, "Order of the TaylorSeer extrapolation."),
             ],
@@ -62,7 +63,7 @@ class Krea2CacheDiT(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, model, preset, steps_mask, Fn_compute_blocks, Bn_compute_blocks, residual_diff_threshold,
+    def execute(cls, model, steps_mask, Fn_compute_blocks, Bn_compute_blocks, residual_diff_threshold,
                 max_warmup_steps, warmup_interval, max_cached_steps, max_continuous_cached_steps,
                 enable_taylorseer, taylorseer_order) -> io.NodeOutput:
         settings = CacheSettings(
@@ -70,13 +71,12 @@ class Krea2CacheDiT(io.ComfyNode):
             residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
             warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
             max_continuous_cached_steps=max_continuous_cached_steps, enable_taylorseer=enable_taylorseer,
-            taylorseer_order=taylorseer_order, steps_mask=steps_mask, preset=preset)
+            taylorseer_order=taylorseer_order, steps_mask=steps_mask)
         try:
             target = resolve(model.model.diffusion_model)
         except UnsupportedModelError as error:
             raise ValueError(str(error)) from None
-        if settings.preset == "custom":  # otherwise the step count, known at run time, picks the preset
-            check_compute_blocks(settings, target.num_blocks)
+        check_compute_blocks(settings, target.num_blocks)
         patched = model.clone()
         install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or "")))
         return io.NodeOutput(patched)

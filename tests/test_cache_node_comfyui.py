@@ -12,7 +12,7 @@ from krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"preset": "custom", "steps_mask": "fast"}
+FAST = {"steps_mask": "fast"}
 FAST_8_CACHED = [3, 5, 6]
 
 
@@ -64,7 +64,7 @@ def test_cfg_split_by_conditioning_shape_uses_separate_cfg(comfy_server):
 
 
 def test_bypassed_node_after_a_cached_run_gives_the_uncached_image(comfy_server, baseline):
-    run_ok(comfy_server, krea2_prompt(cfg=3.5, cache={"preset": "custom", "steps_mask": "ultra"}))
+    run_ok(comfy_server, krea2_prompt(cfg=3.5, cache={"steps_mask": "ultra"}))
     after = comfy_server.saved_latent(run_ok(comfy_server, krea2_prompt(cfg=3.5, prefix="after")), "7")
     assert torch.equal(after, baseline)
 
@@ -76,7 +76,7 @@ def test_cached_image_differs_but_stays_close(comfy_server, baseline):
 
 
 def test_exact_when_caching_is_off(comfy_server, baseline):
-    off = {"preset": "custom", "residual_diff_threshold": 0.0, "steps_mask": "none"}
+    off = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
     entry, [stats] = run_and_stats(comfy_server, krea2_prompt(cfg=3.5, cache=off, prefix="off"))
     assert stats["cached_steps"] == []
     assert torch.equal(comfy_server.saved_latent(entry, "7"), baseline)
@@ -133,7 +133,7 @@ def test_unsupported_model_fails_clearly_and_the_server_recovers(comfy_server):
 
 
 def test_too_many_compute_blocks_fails_clearly(comfy_server):
-    entry = comfy_server.run(krea2_prompt(cache={"preset": "custom", "Fn_compute_blocks": 4, "Bn_compute_blocks": 1}))
+    entry = comfy_server.run(krea2_prompt(cache={"Fn_compute_blocks": 4, "Bn_compute_blocks": 1}))
     assert "must not exceed the model's 4 transformer blocks" in prompt_error(entry)
     run_and_stats(comfy_server, krea2_prompt(cache=FAST))
 

@@ -88,7 +88,7 @@ def run_single(transformer, settings, stream: Stream):
     return run
 
 
-FAST = CacheSettings(preset="custom", steps_mask="fast")
+FAST = CacheSettings(steps_mask="fast")
 
 
 def test_one_call_per_step_caches_the_masked_steps(transformer):
@@ -255,7 +255,7 @@ def test_an_error_inside_the_run_still_disables_the_cache(transformer):
 
 
 def test_exact_when_caching_is_off(transformer):
-    off = CacheSettings(preset="custom", residual_diff_threshold=0.0, steps_mask="none")
+    off = CacheSettings(residual_diff_threshold=0.0, steps_mask="none")
     cached, plain = Stream(COND, 1), Stream(COND, 1)
     run = run_single(transformer, off, cached)
     for i in range(STEPS):
@@ -266,7 +266,7 @@ def test_exact_when_caching_is_off(transformer):
 
 
 def test_threshold_caching_without_a_mask(transformer):
-    loose = CacheSettings(preset="custom", residual_diff_threshold=1.5, max_warmup_steps=2,
+    loose = CacheSettings(residual_diff_threshold=1.5, max_warmup_steps=2,
                           max_continuous_cached_steps=2)
     run = run_single(transformer, loose, Stream(COND, 1))
     cached = run.record.cached_steps
@@ -275,7 +275,7 @@ def test_threshold_caching_without_a_mask(transformer):
 
 
 def test_taylorseer_runs(transformer):
-    settings = CacheSettings(preset="custom", steps_mask="fast", enable_taylorseer=True, taylorseer_order=2)
+    settings = CacheSettings(steps_mask="fast", enable_taylorseer=True, taylorseer_order=2)
     stream = Stream(COND, 1)
     run = run_single(transformer, settings, stream)
     assert run.record.cached_steps == FAST_MASK_CACHED

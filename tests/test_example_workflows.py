@@ -38,12 +38,16 @@ MODEL_WIDGETS = {
     ("CLIPLoader", "clip_name"): {"qwen3vl_4b_bf16.safetensors"},
     ("VAELoader", "vae_name"): {"qwen_image_vae.safetensors"},
 }
-# What each example is about: (steps, cfg, the preset "auto" must resolve to, model family in the stats).
+# What each example is about: (steps, cfg, model family in the stats).
 EXPECTED = {
-    "krea2_turbo_cachedit.json": (8, 1.0, "turbo", "Krea-2 (ComfyUI native)"),
-    "krea2_raw_cachedit.json": (52, 3.5, "raw", "Krea-2 (ComfyUI native)"),
-    "krea2_diffusers_cachedit.json": (8, 1.0, "turbo", "Krea-2 (diffusers)"),
+    "krea2_turbo_cachedit.json": (8, 1.0, "Krea-2 (ComfyUI native)"),
+    "krea2_raw_cachedit.json": (52, 3.5, "Krea-2 (ComfyUI native)"),
+    "krea2_diffusers_cachedit.json": (8, 1.0, "Krea-2 (diffusers)"),
 }
+CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.24,
+                  "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
+                  "max_continuous_cached_steps": 3, "enable_taylorseer": False, "taylorseer_order": 1,
+                  "steps_mask": "none"}
 TINY_UNET = "krea2_tiny.safetensors"  # written by conftest's comfy_server
 TINY_VAE = "krea2_test_wan21_vae.safetensors"
 TEST_SIZE = 64
@@ -199,9 +203,9 @@ def test_example_matches_object_info(path, object_info):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_settings(path, object_info):
-    """The Krea-2 sampling recipe of each example, and Cache-DiT left on "auto" with its defaults."""
+    """The Krea-2 sampling recipe of each example, and Cache-DiT with its defaults (the reference settings)."""
     workflow = load(path)
-    steps, cfg, _, _ = EXPECTED[path.name]
+    steps, cfg, _ = EXPECTED[path.name]
     (sampler,) = nodes_of(workflow, "KSampler")
     values = {k: v[0] for k, v in widget_values(sampler, object_info["KSampler"]).items()}
     recipe = (values["steps"], values["cfg"], values["sampler_name"], values["scheduler"])
@@ -211,9 +215,8 @@ def test_example_settings(path, object_info):
     (cache,) = nodes_of(workflow, "Krea2CacheDiT")
     cache_info = object_info["Krea2CacheDiT"]
     values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
-    # A preset only fills inputs left at their defaults, so an example must not change any.
     defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
-    assert values == defaults and values["preset"] == "auto"
+    assert values == defaults
     # The cache node sits between the model loader and the sampler.
     prompt = to_api_prompt(workflow, object_info)
     assert prompt[str(sampler["id"])]["inputs"]["model"][0] == str(cache["id"])
@@ -223,7 +226,7 @@ def test_example_settings(path, object_info):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs_on_cpu(path, comfy_server, object_info, tiny_vae, tiny_shape):
-    steps, cfg, preset, family = EXPECTED[path.name]
+    steps, cfg, family = EXPECTED[path.name]
     prompt = to_api_prompt(load(path), object_info)
     encoders = [node_id for node_id, node in prompt.items() if node["class_type"] == "CLIPLoader"]
     for node_id, node in prompt.items():
@@ -263,5 +266,5 @@ def test_example_runs_on_cpu(path, comfy_server, object_info, tiny_vae, tiny_sha
             if run["prompt_id"] == prompt_id and run["node_id"] == cache_id]
     assert len(runs) == 1, f"stats for node {cache_id} of prompt {prompt_id}: {runs}"
     run = runs[0]
-    summary = (run["status"], run["steps"], run["cfg"], run["preset"], run["model"])
-    assert summary == ("ok", steps, cfg, preset, family)
+    summary = (run["status"], run["steps"], run["cfg"], run["settings"], run["model"])
+    assert summary == ("ok", steps, cfg, CACHE_DEFAULTS, family)

@@ -150,7 +150,7 @@ def test_cache_node_with_caching_off_is_bit_identical(comfy_server):
     plain = sample(comfy_server, krea2_prompt(**SAMPLING, loader=loader(DIFFUSERS_FOLDER), prefix="plain"))
     cached = sample(comfy_server, krea2_prompt(
         **SAMPLING, loader=loader(DIFFUSERS_FOLDER), prefix="cache_off",
-        cache={"preset": "custom", "residual_diff_threshold": 0.0, "steps_mask": "none"}))
+        cache={"residual_diff_threshold": 0.0, "steps_mask": "none"}))
     assert torch.equal(plain, cached)
 
 

@@ -1,48 +1,37 @@
-"""Presets, step masks and the sigma -> step mapping, resolved per run."""
+"""Settings, step masks and the sigma -> step mapping, resolved per run."""
 
 import pytest
 import torch
 
-from krea2_cachedit.adapters.settings import CacheSettings, PRESETS, plan_run
+from krea2_cachedit.adapters.settings import CacheSettings, plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
 
 
-def test_auto_preset_follows_the_step_count():
-    assert plan_run(CacheSettings(), steps=8, num_blocks=28).preset == "turbo"
-    assert plan_run(CacheSettings(), steps=52, num_blocks=28).preset == "raw"
-
-
-def test_turbo_caches_with_a_static_mask_at_8_steps():
-    plan = plan_run(CacheSettings(preset="turbo"), steps=8, num_blocks=28)
-    assert plan.mask == (1, 1, 1, 1, 0, 1, 0, 1)
+def test_defaults_are_the_reference_settings_and_run_exactly():
+    """sglang's real-weight settings: threshold-driven F1B0, warmup 4, threshold 0.24, max 3 in a row."""
+    defaults = CacheSettings()
+    plan = plan_run(defaults, steps=8, num_blocks=28)
+    assert plan.settings == defaults and plan.mask is None and plan.warnings == ()
     kwargs = plan.db_cache_kwargs(start_step=0, separate_cfg=False)
-    assert kwargs["steps_computation_policy"] == "static"
-    assert (kwargs["Fn_compute_blocks"], kwargs["Bn_compute_blocks"]) == (1, 0)
+    assert (kwargs["Fn_compute_blocks"], kwargs["Bn_compute_blocks"], kwargs["max_warmup_steps"]) == (1, 0, 4)
+    assert (kwargs["residual_diff_threshold"], kwargs["max_continuous_cached_steps"]) == (0.24, 3)
+    assert "steps_computation_mask" not in kwargs and not defaults.enable_taylorseer
 
 
-def test_raw_preset_is_the_reference_dbcache_with_taylorseer():
-    plan = plan_run(CacheSettings(preset="raw"), steps=52, num_blocks=28)
-    s = plan.settings
-    assert (s.Fn_compute_blocks, s.Bn_compute_blocks, s.max_warmup_steps) == (1, 0, 4)
-    assert (s.residual_diff_threshold, s.max_continuous_cached_steps) == (0.24, 3)
-    assert s.enable_taylorseer and plan.mask is None
+@pytest.mark.parametrize("steps", [8, 52])
+def test_the_run_never_replaces_a_setting(steps):
+    settings = CacheSettings(steps_mask="none", residual_diff_threshold=0.0, max_warmup_steps=2)
+    assert plan_run(settings, steps=steps, num_blocks=28).settings == settings
 
 
-def test_a_preset_keeps_what_the_user_changed():
-    settings = CacheSettings(preset="turbo", steps_mask="fast", residual_diff_threshold=0.3)
-    plan = plan_run(settings, steps=8, num_blocks=28)
-    assert plan.settings.steps_mask == "fast" and plan.settings.residual_diff_threshold == 0.3
-    assert plan.settings.max_warmup_steps == PRESETS["turbo"].max_warmup_steps
-    assert settings.changed_from_defaults() == ["residual_diff_threshold", "steps_mask"]
-
-
-def test_custom_uses_the_inputs_exactly():
-    settings = CacheSettings(preset="custom", steps_mask="none")
-    assert plan_run(settings, steps=8, num_blocks=28).settings == settings
+def test_a_mask_is_built_for_the_run_length_and_is_static():
+    plan = plan_run(CacheSettings(steps_mask="medium"), steps=8, num_blocks=28)
+    assert plan.mask == (1, 1, 1, 1, 0, 1, 0, 1)
+    assert plan.db_cache_kwargs(start_step=0, separate_cfg=False)["steps_computation_policy"] == "static"
 
 
 def test_mask_for_an_unsupported_step_count_falls_back_with_a_warning():
-    plan = plan_run(CacheSettings(preset="custom", steps_mask="fast"), steps=5, num_blocks=28)
+    plan = plan_run(CacheSettings(steps_mask="fast"), steps=5, num_blocks=28)
     assert plan.mask is None
     assert "needs 4, 6 or at least 8 sampling steps; this run has 5" in plan.warnings[0]
 
@@ -50,12 +39,12 @@ def test_mask_for_an_unsupported_step_count_falls_back_with_a_warning():
 @pytest.mark.parametrize("steps", [4, 6, 8, 9, 12, 20, 28, 52, 100])
 @pytest.mark.parametrize("policy", ["slow", "medium", "fast", "ultra"])
 def test_masks_have_the_run_length_and_compute_first_and_last(steps, policy):
-    mask = plan_run(CacheSettings(preset="custom", steps_mask=policy), steps=steps, num_blocks=28).mask
+    mask = plan_run(CacheSettings(steps_mask=policy), steps=steps, num_blocks=28).mask
     assert len(mask) == steps and mask[0] == 1 and mask[-1] == 1
 
 
 def test_a_fresh_context_mid_run_gets_the_rest_of_the_mask_and_computes_first():
-    plan = plan_run(CacheSettings(preset="custom", steps_mask="fast"), steps=8, num_blocks=28)
+    plan = plan_run(CacheSettings(steps_mask="fast"), steps=8, num_blocks=28)
     kwargs = plan.db_cache_kwargs(start_step=3, separate_cfg=True)
     assert kwargs["steps_computation_mask"] == [1, 1, 0, 0, 1]
     assert kwargs["num_inference_steps"] == 5 and kwargs["enable_separate_cfg"] is True
@@ -63,10 +52,10 @@ def test_a_fresh_context_mid_run_gets_the_rest_of_the_mask_and_computes_first():
 
 def test_too_many_compute_blocks_is_a_clear_error():
     with pytest.raises(ValueError, match="must not exceed the model's 4 transformer blocks"):
-        plan_run(CacheSettings(preset="custom", Fn_compute_blocks=3, Bn_compute_blocks=2), steps=8, num_blocks=4)
+        plan_run(CacheSettings(Fn_compute_blocks=3, Bn_compute_blocks=2), steps=8, num_blocks=4)
 
 
-@pytest.mark.parametrize("bad", [dict(preset="fastest"), dict(steps_mask="turbo"), dict(Fn_compute_blocks=0),
+@pytest.mark.parametrize("bad", [dict(steps_mask="auto"), dict(steps_mask="turbo"), dict(Fn_compute_blocks=0),
                                  dict(warmup_interval=0), dict(residual_diff_threshold=-1.0)])
 def test_bad_settings_are_rejected(bad):
     with pytest.raises(ValueError):

@@ -119,11 +119,11 @@ def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -
 
 
 def cache_node(node_id: int, object_info: dict) -> dict:
-    """Krea2CacheDiT with every input at its default: preset "auto" only fills defaulted inputs."""
+    """Krea2CacheDiT with every input at its default (the reference settings)."""
     inputs = object_info["Krea2CacheDiT"]["input"]["required"]
     defaults = {name: spec[1]["default"] for name, spec in inputs.items() if len(spec) > 1 and "default" in spec[1]}
     return {"id": node_id, "type": "Krea2CacheDiT", "pos": [460, 40], "size": [340, 370],
-            "widgets": defaults | {"preset": "auto"}}
+            "widgets": defaults}
 
 
 def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: dict,
