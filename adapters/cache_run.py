@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 import types
 import unittest.mock
 
+import torch
+
+from .diagnostics import DecisionRules, StreamTrace, estimate_uncached_seconds, suggest_thresholds
 from .registry import ResolvedTransformer
 from .settings import RunPlan
 from .stats import CallOutcome, RunRecord, summarize_steps
@@ -103,20 +107,51 @@ class CallLayout:
 
 
 def _cfg_mode(branches: tuple[int, ...], expects_uncond: bool) -> str:
-    if COND in branches and UNCOND in branches:
+    # Branches are indices into the guider's conds (cond/uncond for CFG; up to three for dual-CFG
+    # or perp-neg): several in one call are one batched stream.
+    if len(set(branches)) > 1:
         return "batched"
     return "split" if expects_uncond else "none"
+
+
+class CallTimer:
+    """Wall time of one model call: CUDA events on a GPU (no sync per call), else the CPU clock."""
+
+    def __init__(self, device):
+        self._cuda = device is not None and torch.device(device).type == "cuda"
+        if self._cuda:
+            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._begun, self._seconds = time.perf_counter(), 0.0
+
+    def stop(self):
+        if self._cuda:
+            self._end.record()
+        else:
+            self._seconds = time.perf_counter() - self._begun
+
+    def seconds(self) -> float:
+        if self._cuda:
+            self._end.synchronize()
+            return self._start.elapsed_time(self._end) / 1000.0
+        return self._seconds
 
 
 class CacheRun:
     """cache-dit enabled on ``target`` for one sampling run; use as a context manager."""
 
     def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, cfg: float,
-                 expects_uncond: bool, node_id: str = "", prompt_id: str = ""):
+                 expects_uncond: bool, node_id: str = "", prompt_id: str = "", guidance: dict | None = None,
+                 host=None):
         self.target = target
+        # The module the sampler calls (the transformer, or a module around it); calls into any
+        # other module (e.g. a copy on another GPU) are not this run's.
+        self.host = host if host is not None else target.module
         self.plan = plan
         self.clock = clock
         self.cfg = float(cfg)
+        self.guidance = dict(guidance or {})
         self.expects_uncond = expects_uncond
         self.node_id = node_id
         self.prompt_id = prompt_id
@@ -133,6 +168,12 @@ class CacheRun:
         self._hooks: list = []
         self._started = 0.0
         self._warnings = list(plan.warnings)
+        # Diagnostics: one trace per (context, stream), fed by the block hooks while a call runs.
+        self._traces: dict[tuple[int, StreamKey], StreamTrace] = {}
+        self._context_starts: list[int] = []
+        self._tracing: tuple[StreamTrace, int] | None = None
+        self._fn_input: torch.Tensor | None = None
+        self._timings: list[tuple[StreamKey, bool, bool, CallTimer]] = []
 
     # --- lifetime -----------------------------------------------------------------
     def __enter__(self) -> "CacheRun":
@@ -155,7 +196,7 @@ class CacheRun:
             except Exception:
                 cache_dit.disable_cache(self.target.module)  # never leave a half-patched shared module
                 raise
-        self._hooks = [block.register_forward_pre_hook(self._count_block) for block in self._original_blocks]
+        self._install_block_hooks()
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -167,20 +208,35 @@ class CacheRun:
         with quiet_cache_dit():
             cache_dit.disable_cache(self.target.module)
         status = "ok" if exc_type is None else ("interrupted" if "Interrupt" in exc_type.__name__ else "error")
-        self.record = self._make_record(status)
+        duration = time.perf_counter() - self._started
+        self.record = self._make_record(status, duration)
+        for trace in self._traces.values():
+            trace.release()
         return False
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes):
+    def model_call(self, sigma, branches, shapes, device=None):
         """Wrap one transformer call: route it through cache-dit or around it, and count its blocks."""
-        step = self.clock.step_of(sigma)
         key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
+        step = self.clock.step_of(sigma, key)
         served = self._route(step, key)
+        trace = self._trace_for(key, step) if served else None
         self._blocks_counted = 0
-        with (contextlib.nullcontext() if served else self.uncached()):
-            yield served
-        self.outcomes.append(CallOutcome(step, key.branches, served, self._blocks_counted, self.num_blocks))
+        self._tracing, self._fn_input = ((trace, step) if trace else None), None
+        timer = CallTimer(device)
+        try:
+            with (contextlib.nullcontext() if served else self.uncached()):
+                yield served
+        finally:
+            self._tracing, self._fn_input = None, None
+        timer.stop()
+        cached = served and self._blocks_counted < self.num_blocks
+        if trace is not None:
+            trace.finish(step, cached)
+        self._timings.append((key, served, cached, timer))
+        self.outcomes.append(CallOutcome(step, key.branches, served, self._blocks_counted, self.num_blocks,
+                                         sigma=round(_first_sigma(sigma), 6)))
 
     @contextlib.contextmanager
     def uncached(self):
@@ -221,8 +277,15 @@ class CacheRun:
             logger.info("Krea-2 Cache-DiT: call layout changed at step %d (%s); starting a fresh cache there.",
                         step, mode)
         self.contexts += 1
+        self._context_starts.append(step)
         with quiet_cache_dit():
             cache_dit.refresh_context(self.target.module, **self._cache_configs(step, split))
+
+    def _trace_for(self, key: StreamKey, step: int) -> StreamTrace:
+        trace_key = (self.contexts, key)
+        if trace_key not in self._traces:
+            self._traces[trace_key] = StreamTrace(key.branches, self.contexts - 1, self._context_starts[-1])
+        return self._traces[trace_key]
 
     def _cache_configs(self, start_step: int, separate_cfg: bool) -> dict:
         import cache_dit
@@ -233,26 +296,101 @@ class CacheRun:
                 taylorseer_order=self.plan.settings.taylorseer_order)
         return configs
 
-    def _count_block(self, module, args):
+    # --- block hooks --------------------------------------------------------------
+    def _install_block_hooks(self):
+        blocks = self._original_blocks
+        for index, block in enumerate(blocks):
+            self._hooks.append(block.register_forward_pre_hook(
+                functools.partial(self._before_block, index), with_kwargs=True))
+        last_fn = blocks[self.plan.settings.Fn_compute_blocks - 1]
+        self._hooks.append(last_fn.register_forward_hook(self._after_fn_blocks))
+
+    @torch.compiler.disable
+    def _before_block(self, index, module, args, kwargs):
+        # Count what really ran, and tell the block its true place in the model: while cache-dit
+        # runs, the model's own loop sees one wrapper (index 0 of 1), not the blocks inside it.
         self._blocks_counted += 1
+        option_name = self.target.family.block_options_kwarg
+        options = kwargs.get(option_name) if option_name else None
+        if isinstance(options, dict):
+            options["block_index"] = index
+            options["total_blocks"] = self.num_blocks
+        if index == 0 and self._tracing is not None:
+            self._fn_input = args[0] if args else kwargs.get("hidden_states")
+        return None
+
+    @torch.compiler.disable
+    def _after_fn_blocks(self, module, args, output):
+        if self._tracing is None or self._fn_input is None:
+            return None
+        hidden = output if torch.is_tensor(output) else output[0]
+        trace, step = self._tracing
+        trace.observe(step, hidden - self._fn_input)
+        self._fn_input = None
+        return None
 
     # --- stats --------------------------------------------------------------------
-    def _make_record(self, status: str) -> RunRecord:
+    def _context_rules(self) -> list[DecisionRules]:
+        ends = self._context_starts[1:] + [self.clock.steps]
+        return [DecisionRules.for_context(self.plan.settings, self.plan.mask_from(start), start, end)
+                for start, end in zip(self._context_starts, ends)]
+
+    def _diagnostics(self, states: list[str]) -> dict:
+        steps = self.clock.steps
+        rules = self._context_rules()
+        diffs: list[float | None] = [None] * steps
+        reasons: list[str | None] = [None] * steps
+        streams, advisor_input = [], []
+        for trace in self._traces.values():
+            measured = trace.measured_diffs()
+            order = sorted(trace.cached)
+            why = rules[trace.context].explain(order, trace.cached)
+            for step in order:
+                value = measured.get(step)
+                if value is not None and (diffs[step] is None or value > diffs[step]):
+                    diffs[step] = value
+                # A step's reason is that of a stream whose outcome is the step's outcome.
+                if reasons[step] is None or (states[step] != "cached" and not trace.cached[step]):
+                    reasons[step] = why[step]
+            streams.append({"branches": list(trace.branches), "context": trace.context,
+                            "start_step": trace.start_step,
+                            "residual_diffs": [_round(measured.get(s)) for s in order], "steps": order,
+                            "cached_steps": [s for s in order if trace.cached[s]],
+                            "step_reasons": [why[s] for s in order]})
+            advisor_input.append((trace, rules[trace.context]))
+        return {"residual_diffs": [_round(d) for d in diffs], "step_reasons": reasons,
+                "streams": streams, "threshold_suggestions": suggest_thresholds(advisor_input)}
+
+    def _make_record(self, status: str, duration: float) -> RunRecord:
         states, cached, partial = summarize_steps(self.outcomes, self.clock.steps)
         layout = self.first_layout
         settings = dataclasses.asdict(self.plan.settings)
+        diagnostics = self._diagnostics(states)
+        calls = [(key, served, was_cached, timer.seconds()) for key, served, was_cached, timer in self._timings]
+        estimate = estimate_uncached_seconds(duration, calls)
         return RunRecord(
             node_id=str(self.node_id), prompt_id=str(self.prompt_id), model=self.target.family.name,
             steps_mask=self.plan.settings.steps_mask, mask=list(self.plan.mask) if self.plan.mask else None,
             steps=self.clock.steps,
-            cfg=self.cfg, cfg_mode=layout.mode if layout else _cfg_mode((), self.expects_uncond),
+            cfg=self.cfg, guidance=self.guidance, cfg_mode=layout.mode if layout else _cfg_mode((), self.expects_uncond),
             has_separate_cfg=bool(layout and layout.separate_cfg), settings=settings,
             cached_steps=cached, partial_steps=partial, step_states=states,
             calls=len(self.outcomes), extra_calls=sum(not o.served_by_cache_dit for o in self.outcomes),
             cache_contexts=self.contexts,
-            call_log=[[o.step, list(o.branches), o.served_by_cache_dit, o.blocks_run] for o in self.outcomes],
+            call_log=[[o.step, list(o.branches), o.served_by_cache_dit, o.blocks_run, o.sigma] for o in self.outcomes],
             block_evals=sum(o.blocks_run for o in self.outcomes),
             block_evals_uncached=len(self.outcomes) * self.num_blocks,
             status=status, warnings=list(self._warnings),
-            duration_s=round(time.perf_counter() - self._started, 4),
+            duration_s=round(duration, 4),
+            estimated_uncached_s=round(estimate, 4),
+            residual_diffs=diagnostics["residual_diffs"], step_reasons=diagnostics["step_reasons"],
+            streams=diagnostics["streams"], threshold_suggestions=diagnostics["threshold_suggestions"],
         )
+
+
+def _first_sigma(sigma) -> float:
+    return float(sigma) if isinstance(sigma, (int, float)) else float(torch.as_tensor(sigma).flatten()[0])
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None else round(value, digits)

@@ -24,6 +24,9 @@ class TransformerFamily:
     # cache-dit checks a block's parameter *names* against the pattern. ComfyUI's
     # native block is forward(x, vec, freqs, mask, ...), so the check must be off there.
     check_forward_pattern: bool
+    # Keyword argument through which the model's own block loop tells each block its index
+    # (``block_index``, ``total_blocks``) for model patches; None when its blocks take none.
+    block_options_kwarg: str | None = None
 
 
 SUPPORTED: tuple[TransformerFamily, ...] = (
@@ -33,6 +36,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         blocks_attr="blocks",
         forward_pattern="Pattern_3",
         check_forward_pattern=False,
+        block_options_kwarg="transformer_options",
     ),
     TransformerFamily(
         name="Krea-2 (diffusers)",

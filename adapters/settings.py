@@ -79,13 +79,20 @@ class RunPlan:
             enable_separate_cfg=separate_cfg,
             num_inference_steps=self.steps - start_step,
         )
-        if self.mask is not None:
-            rest = list(self.mask[start_step:]) or [1]
-            rest[0] = 1
+        mask = self.mask_from(start_step)
+        if mask is not None:
             # "static": a masked step is served from the cache, whatever the
             # threshold says, so the speedup is predictable.
-            kwargs.update(steps_computation_mask=rest, steps_computation_policy="static")
+            kwargs.update(steps_computation_mask=mask, steps_computation_policy="static")
         return kwargs
+
+    def mask_from(self, start_step: int) -> list[int] | None:
+        """The rest of the mask for a context starting at ``start_step``; its first step computes."""
+        if self.mask is None:
+            return None
+        rest = list(self.mask[start_step:]) or [1]
+        rest[0] = 1
+        return rest
 
 
 def build_step_mask(policy: str, steps: int) -> list[int]:

@@ -16,6 +16,7 @@ class CallOutcome:
     served_by_cache_dit: bool   # False: an extra call in a step, computed in full outside the cache
     blocks_run: int             # transformer blocks actually evaluated in this call
     blocks_total: int           # blocks in the model
+    sigma: float = 0.0          # the sigma the sampler called the model at
 
     @property
     def cached(self) -> bool:
@@ -31,6 +32,7 @@ class RunRecord:
     mask: list[int] | None        # the step mask built for this run (1 = compute), None without one
     steps: int
     cfg: float
+    guidance: dict                # the guider and the scales it really uses (e.g. cfg1/cfg2 of dual CFG)
     cfg_mode: str
     has_separate_cfg: bool
     settings: dict
@@ -42,10 +44,23 @@ class RunRecord:
     cache_contexts: int           # > 1 when the call layout changed mid-run and a fresh context started
     block_evals: int
     block_evals_uncached: int
-    call_log: list[list]          # per call: [step, branches, served_by_cache_dit, blocks_run]
-    status: str                   # "ok", "interrupted" or "error"
+    call_log: list[list]          # per call: [step, branches, served_by_cache_dit, blocks_run, sigma]
+    status: str                   # "ok", "interrupted", "error", or "skipped" (left uncached, see warnings)
     warnings: list[str]
     duration_s: float
+    estimated_uncached_s: float   # the same run had nothing been cached, from its own call timings
+    residual_diffs: list          # per step: relative Fn residual change vs the last computed step (max over streams)
+    step_reasons: list            # per step: why it was computed or cached (warmup, mask, threshold, ...)
+    streams: list                 # per stream and context: its diffs, cached steps and reasons
+    threshold_suggestions: list   # [{"threshold", "range", "cached_steps"}], by threshold
+
+    @property
+    def estimated_speedup(self) -> float:
+        return self.estimated_uncached_s / self.duration_s if self.duration_s > 0 else 1.0
+
+    @property
+    def estimated_saved_s(self) -> float:
+        return max(self.estimated_uncached_s - self.duration_s, 0.0)
 
     @property
     def blocks_saved(self) -> float:
@@ -62,6 +77,8 @@ class RunRecord:
         data = dataclasses.asdict(self)
         data["blocks_saved"] = round(self.blocks_saved, 4)
         data["ideal_speedup"] = round(self.ideal_speedup, 4)
+        data["estimated_speedup"] = round(self.estimated_speedup, 4)
+        data["estimated_saved_s"] = round(self.estimated_saved_s, 4)
         return data
 
     def log_line(self) -> str:
@@ -69,8 +86,20 @@ class RunRecord:
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode}, "
-                f"has_separate_cfg={self.has_separate_cfg}"
+                f"has_separate_cfg={self.has_separate_cfg}, "
+                f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
                 f"{'' if self.status == 'ok' else f', run {self.status}'}")
+
+
+def skipped_record(node_id: str, prompt_id: str, steps: int, cfg: float, guidance: dict, reason: str) -> RunRecord:
+    """The record of a run the pack left uncached on purpose, saying why."""
+    return RunRecord(
+        node_id=str(node_id), prompt_id=str(prompt_id), model="", steps_mask="none", mask=None, steps=steps,
+        cfg=cfg, guidance=guidance, cfg_mode="none", has_separate_cfg=False, settings={}, cached_steps=[],
+        partial_steps=[], step_states=["computed"] * steps, calls=0, extra_calls=0, cache_contexts=0,
+        block_evals=0, block_evals_uncached=0, call_log=[], status="skipped", warnings=[reason],
+        duration_s=0.0, estimated_uncached_s=0.0, residual_diffs=[None] * steps, step_reasons=["skipped"] * steps,
+        streams=[], threshold_suggestions=[])
 
 
 def summarize_steps(outcomes: list[CallOutcome], steps: int) -> tuple[list[str], list[int], list[int]]:

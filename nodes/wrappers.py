@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 
 import torch
 
@@ -23,8 +22,10 @@ import comfy.patcher_extension
 from ..adapters.cache_run import CacheRun
 from ..adapters.registry import resolve
 from ..adapters.settings import CacheSettings, plan_run
+from ..adapters.stats import skipped_record
 from ..adapters.step_clock import StepClock
 from . import routes
+from .guidance import read_guidance
 
 KEY = "krea2_cachedit"
 WrappersMP = comfy.patcher_extension.WrappersMP
@@ -48,23 +49,6 @@ def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
     model.add_wrapper_with_key(WrappersMP.DIFFUSION_MODEL, KEY, diffusion_model_wrapper)
 
 
-def _guider_cfg(guider) -> float:
-    # CFGGuider has .cfg; guiders without CFG (BasicGuider) run cond only.
-    for name in ("cfg", "cfg1"):
-        value = getattr(guider, name, None)
-        if isinstance(value, (int, float)):
-            return float(value)
-    return 1.0
-
-
-def _expects_uncond(guider, cfg: float) -> bool:
-    """Whether the guider will evaluate an uncond branch besides cond (ComfyUI skips it at CFG 1)."""
-    conds = getattr(guider, "original_conds", {}) or {}
-    if len([name for name in conds if conds[name]]) < 2:
-        return False
-    return not math.isclose(cfg, 1.0) or bool(guider.model_options.get("disable_cfg1_optimization", False))
-
-
 def _prompt_id() -> str:
     try:
         from comfy_execution.utils import get_executing_context
@@ -80,15 +64,23 @@ def outer_sample_wrapper(executor, *args, **kwargs):
     holder = guider.model_options.get("transformer_options", {}).get(KEY)
     if not isinstance(holder, CacheDiTHolder):
         return executor(*args, **kwargs)
-    sigmas = args[3] if len(args) > 3 else kwargs["sigmas"]  # outer_sample(noise, latent, sampler, sigmas, ...)
+    args = list(args)  # outer_sample(noise, latent, sampler, sigmas, denoise_mask, callback, ...)
+    sigmas = args[3] if len(args) > 3 else kwargs["sigmas"]
+    if torch.as_tensor(sigmas).numel() < 2:
+        # One sigma (e.g. SplitSigmas at the last step): the sampler samples nothing; neither do we.
+        return executor(*args, **kwargs)
     target = resolve(guider.model_patcher.model.diffusion_model)
-    clock = StepClock(sigmas)
+    clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(args[2] if len(args) > 2 else None))
     plan = plan_run(holder.settings, clock.steps, target.num_blocks)
+    guidance = read_guidance(guider)
+    if guider.model_patcher.get_additional_models_with_key("multigpu"):
+        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, MULTI_GPU_REFUSAL)
     for warning in plan.warnings:
         logger.warning("Krea-2 Cache-DiT: %s", warning)
-    cfg = _guider_cfg(guider)
-    run = CacheRun(target, plan, clock, cfg=cfg, expects_uncond=_expects_uncond(guider, cfg),
-                   node_id=holder.node_id, prompt_id=_prompt_id())
+    run = CacheRun(target, plan, clock, cfg=guidance.cfg, expects_uncond=guidance.conds_per_step > 1,
+                   node_id=holder.node_id, prompt_id=_prompt_id(), guidance=guidance.as_dict(),
+                   host=guider.model_patcher.model.diffusion_model)
+    _report_steps_to(clock, args, kwargs)
     original_options = guider.model_options
     guider.model_options = comfy.model_patcher.create_model_options_clone(original_options)
     guider.model_options["transformer_options"][KEY] = run
@@ -101,6 +93,43 @@ def outer_sample_wrapper(executor, *args, **kwargs):
             routes.publish(run.record)
 
 
+# ComfyUI's multi-GPU sampling runs model calls in parallel threads on per-device copies of the
+# model; cache-dit's per-step state is one sequence per module and cannot follow that.
+MULTI_GPU_REFUSAL = ("Multi-GPU sampling runs model calls in parallel on copies of the model, which cache-dit "
+                     "cannot follow: this run was not cached. Remove the multi-GPU node to use Cache-DiT.")
+
+
+def _run_uncached(executor, args, kwargs, holder, steps, guidance, reason):
+    logger.warning("Krea-2 Cache-DiT [node %s]: %s", holder.node_id, reason)
+    try:
+        return executor(*args, **kwargs)
+    finally:
+        routes.publish(skipped_record(holder.node_id, _prompt_id(), steps, guidance.cfg, guidance.as_dict(), reason))
+
+
+# Samplers that evaluate step i's corrector at sigma[i+1] before step i+1 evaluates there (see
+# step_clock). Another sampler that does so is recognised by the clock after its first step.
+CORRECTOR_SAMPLERS = {"sample_heun", "sample_heunpp2", "sample_exp_heun_2_x0", "sample_exp_heun_2_x0_sde"}
+
+
+def _is_corrector(sampler) -> bool:
+    function = getattr(sampler, "sampler_function", None)
+    return getattr(function, "__name__", "") in CORRECTOR_SAMPLERS
+
+
+def _report_steps_to(clock: StepClock, args: list, kwargs: dict):
+    """Wrap the sampler's callback so the clock hears the sampler's own step index (see step_clock)."""
+    def on_step(step, *rest, **more):
+        clock.step_reported(step)
+        if original is not None:
+            return original(step, *rest, **more)
+
+    if len(args) > 5:
+        original, args[5] = args[5], on_step
+    else:
+        original, kwargs["callback"] = kwargs.get("callback"), on_step
+
+
 def _transformer_options(args, kwargs) -> dict:
     options = kwargs.get("transformer_options")
     if isinstance(options, dict):
@@ -111,13 +140,13 @@ def _transformer_options(args, kwargs) -> dict:
 def diffusion_model_wrapper(executor, *args, **kwargs):
     options = _transformer_options(args, kwargs)
     run = options.get(KEY)
-    if not isinstance(run, CacheRun):
-        return executor(*args, **kwargs)
+    if not isinstance(run, CacheRun) or executor.class_obj is not run.host:
+        return executor(*args, **kwargs)  # not ours, or another copy of the model (e.g. on another GPU)
     if options.get("sigmas") is None or not args or not torch.is_tensor(args[0]):
         with run.uncached():  # a caller outside a sampler step: nothing to cache against
             return executor(*args, **kwargs)
     x = args[0]
     branches = options.get("cond_or_uncond") or [0] * x.shape[0]
     shapes = [tuple(a.shape) for a in args[:3] if torch.is_tensor(a)]
-    with run.model_call(options["sigmas"], branches, shapes):
+    with run.model_call(options["sigmas"], branches, shapes, device=x.device):
         return executor(*args, **kwargs)
