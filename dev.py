@@ -8,7 +8,8 @@ Both set up their environment first. When a ComfyUI is found (``COMFYUI_PATH``,
 the ComfyUI whose ``custom_nodes`` holds this pack, or ``~/comfy/ComfyUI``),
 they use its virtual environment (creating it from ComfyUI's requirements when
 it has none) and install this pack's requirements into it, as ComfyUI-Manager
-would. Otherwise they use ``.venv`` in this folder with a CPU build of torch,
+would; ``test`` also installs ComfyUI-Manager as ComfyUI pins it
+(``manager_requirements.txt``). Otherwise they use ``.venv`` in this folder with a CPU build of torch,
 and the ComfyUI tests are skipped with a message saying so.
 """
 
@@ -78,6 +79,17 @@ def prepare_browser():
               flush=True)
 
 
+def prepare_manager(python: Path, comfy_root: Path | None):
+    """ComfyUI-Manager as ComfyUI pins it (``pip install -r manager_requirements.txt``), for the
+    manager install test; without it (no PyPI) that test skips and says why."""
+    pins = comfy_root / "manager_requirements.txt" if comfy_root else None
+    if pins is None or not pins.is_file():
+        return
+    result = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "-r", pins])
+    print(f"ComfyUI-Manager setup: {'ok' if result.returncode == 0 else 'FAILED (the manager install test will be skipped)'}",
+          flush=True)
+
+
 def prepare_packaging_tools():
     """comfy-cli, for the packaging tests, in its own venv so it cannot disturb ComfyUI's."""
     python = create_venv(REPO / ".tools-venv")
@@ -93,9 +105,10 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
-    python, _ = prepare()
+    python, comfy_root = prepare()
     if command == "demo":
         return subprocess.run([python, REPO / "benchmarks" / "speedup.py", *rest]).returncode
+    prepare_manager(python, comfy_root)
     prepare_browser()
     prepare_packaging_tools()
     result = subprocess.run([python, "-m", "pytest", "-ra", *rest], cwd=REPO)

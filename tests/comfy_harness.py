@@ -69,9 +69,11 @@ def free_port() -> int:
 class ComfyServer:
     """One real ComfyUI process (on the CPU unless ``cpu=False``), with a private base directory."""
 
-    def __init__(self, comfy_root: Path, base_dir: Path, extra_args: list[str] | None = None, cpu: bool = True):
+    def __init__(self, comfy_root: Path, base_dir: Path, extra_args: list[str] | None = None, cpu: bool = True,
+                 link_pack: bool = True):
         self.comfy_root = comfy_root
         self.base_dir = base_dir
+        self.link_pack = link_pack
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_args = extra_args or []
@@ -82,12 +84,17 @@ class ComfyServer:
 
     # --- layout -----------------------------------------------------------------
     @staticmethod
-    def prepare_base_dir(base_dir: Path) -> Path:
-        """Custom nodes (this pack + the test helpers) and empty model folders."""
+    def prepare_base_dir(base_dir: Path, link_pack: bool = True) -> Path:
+        """Custom nodes (this pack + the test helpers) and empty model folders.
+
+        ``link_pack=False`` leaves the pack out, for a test that installs it the way users do.
+        """
         for sub in ("custom_nodes", "models/diffusion_models", "models/diffusers", "models/loras",
                     "models/vae", "models/text_encoders", "input", "output", "user", "temp"):
             (base_dir / sub).mkdir(parents=True, exist_ok=True)
-        links = {PACK_DIR_NAME: REPO_ROOT, "krea2_cachedit_test_nodes": TEST_NODES_DIR}
+        links = {"krea2_cachedit_test_nodes": TEST_NODES_DIR}
+        if link_pack:
+            links[PACK_DIR_NAME] = REPO_ROOT
         for name, target in links.items():
             link = base_dir / "custom_nodes" / name
             if not link.exists():
@@ -96,7 +103,7 @@ class ComfyServer:
 
     # --- process ----------------------------------------------------------------
     def start(self, timeout: float = 120.0) -> "ComfyServer":
-        self.prepare_base_dir(self.base_dir)
+        self.prepare_base_dir(self.base_dir, self.link_pack)
         cmd = [comfyui_python(self.comfy_root), "main.py", *(["--cpu"] if self.cpu else []), "--listen", "127.0.0.1",
                "--port", str(self.port), "--disable-auto-launch", "--base-directory", str(self.base_dir),
                "--disable-metadata", *self.extra_args]

@@ -1,7 +1,8 @@
-"""How the graph editor lays a node's inputs out in a UI-format workflow.
+"""How the graph editor lays a node's inputs out in a UI-format workflow, and the API prompt it queues.
 
-Shared by tests/test_example_workflows.py (reading the examples) and
-tools/make_example_workflows.py (writing them), so both agree by construction.
+Shared by the tests that read the examples (tests/test_example_workflows.py,
+tests/test_manager_install.py) and tools/make_example_workflows.py (writing them),
+so both agree by construction.
 """
 
 from __future__ import annotations
@@ -32,3 +33,38 @@ def has_control_widget(name: str, kind: str, opts: dict) -> bool:
     if control is None:  # the editor adds it to INT seeds unless told otherwise
         return kind == "INT" and name in ("seed", "noise_seed")
     return bool(control)
+
+
+def widget_values(node: dict, info: dict) -> dict[str, tuple]:
+    """name -> (value, control value or None), read positionally from ``widgets_values``."""
+    values = list(node.get("widgets_values", []))
+    out = {}
+    for name, kind, opts, is_widget in ordered_inputs(info):
+        if not is_widget:
+            continue
+        assert values, f"node {node['id']} ({node['type']}): no widget value for '{name}'"
+        value = values.pop(0)
+        out[name] = (value, values.pop(0) if has_control_widget(name, kind, opts) else None)
+    assert not values, f"node {node['id']} ({node['type']}): {len(values)} widget values left over: {values}"
+    return out
+
+
+def to_api_prompt(workflow: dict, object_info: dict) -> dict:
+    """The API prompt the editor would queue for this workflow."""
+    links = {link[0]: link for link in workflow["links"]}  # [id, src, src_slot, dst, dst_slot, type]
+    prompt = {}
+    for node in workflow["nodes"]:
+        if node["type"] in UI_ONLY_TYPES:
+            continue
+        assert node.get("mode", 0) == 0, f"node {node['id']} is muted or bypassed"
+        info = object_info[node["type"]]
+        linked = {inp["name"]: links[inp["link"]] for inp in node.get("inputs", []) if inp.get("link") is not None}
+        widgets = widget_values(node, info)
+        inputs = {}
+        for name, _, _, is_widget in ordered_inputs(info):
+            if name in linked:  # a socket, or a widget converted to an input: the link wins
+                inputs[name] = [str(linked[name][1]), linked[name][2]]
+            elif is_widget:
+                inputs[name] = widgets[name][0]
+        prompt[str(node["id"])] = {"class_type": node["type"], "inputs": inputs}
+    return prompt

@@ -1,28 +1,20 @@
 """The shipped example workflows: valid against the real server's /object_info, and runnable.
 
-Each example is converted from the graph editor's format to an API prompt with
-/object_info's input order (the editor's ``widgets_values`` are positional) and
-run on the CPU with small stand-ins for the multi-GB Comfy-Org files:
-
-- diffusion model: the tiny generated Krea-2 (native single file) from conftest,
-  read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike;
-- text encoder: Qwen3-VL-4B cannot shrink, so ``CLIPLoader`` is dropped and each
-  ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny model's width;
-- VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
-  base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
-  exactly as it detects ``qwen_image_vae.safetensors``;
-- resolution: 64x64. Steps, CFG, sampler and every Cache-DiT setting stay as shipped.
+Each example is converted to an API prompt and run on the CPU with the small
+stand-ins of tests/example_stand_ins.py (tiny Krea-2, test conditioning instead of
+the 4B text encoder, a tiny Wan 2.1 VAE, 64x64); steps, CFG, sampler and every
+Cache-DiT setting stay as shipped.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from comfy_harness import PACK_DIR_NAME, comfyui_python, prompt_error
-from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs
+from comfy_harness import PACK_DIR_NAME
+from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
+from example_stand_ins import example_prompt, run_example, write_tiny_vae
 
 pytestmark = pytest.mark.comfyui
 
@@ -48,46 +40,6 @@ CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff
                   "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
                   "max_continuous_cached_steps": 3, "enable_taylorseer": False, "taylorseer_order": 1,
                   "steps_mask": "none"}
-TINY_UNET = "krea2_tiny.safetensors"  # written by conftest's comfy_server
-TINY_VAE = "krea2_test_wan21_vae.safetensors"
-TEST_SIZE = 64
-
-
-# --- the editor's format -------------------------------------------------------------
-
-def widget_values(node: dict, info: dict) -> dict[str, tuple]:
-    """name -> (value, control value or None), read positionally from ``widgets_values``."""
-    values = list(node.get("widgets_values", []))
-    out = {}
-    for name, kind, opts, is_widget in ordered_inputs(info):
-        if not is_widget:
-            continue
-        assert values, f"node {node['id']} ({node['type']}): no widget value for '{name}'"
-        value = values.pop(0)
-        out[name] = (value, values.pop(0) if has_control_widget(name, kind, opts) else None)
-    assert not values, f"node {node['id']} ({node['type']}): {len(values)} widget values left over: {values}"
-    return out
-
-
-def to_api_prompt(workflow: dict, object_info: dict) -> dict:
-    """The API prompt the editor would queue for this workflow."""
-    links = {link[0]: link for link in workflow["links"]}  # [id, src, src_slot, dst, dst_slot, type]
-    prompt = {}
-    for node in workflow["nodes"]:
-        if node["type"] in UI_ONLY_TYPES:
-            continue
-        assert node.get("mode", 0) == 0, f"node {node['id']} is muted or bypassed"
-        info = object_info[node["type"]]
-        linked = {inp["name"]: links[inp["link"]] for inp in node.get("inputs", []) if inp.get("link") is not None}
-        widgets = widget_values(node, info)
-        inputs = {}
-        for name, _, _, is_widget in ordered_inputs(info):
-            if name in linked:  # a socket, or a widget converted to an input: the link wins
-                inputs[name] = [str(linked[name][1]), linked[name][2]]
-            elif is_widget:
-                inputs[name] = widgets[name][0]
-        prompt[str(node["id"])] = {"class_type": node["type"], "inputs": inputs}
-    return prompt
 
 
 def load(path: Path) -> dict:
@@ -105,38 +57,9 @@ def object_info(comfy_server) -> dict:
     return comfy_server.get("/object_info")
 
 
-# Run by ComfyUI's interpreter in a child process, so the test process stays free of
-# ComfyUI's globals. ComfyUI's layers skip weight init (they hold whatever memory held),
-# so every tensor is set here: unit norms, zero biases, fan-in scaled convolutions.
-TINY_VAE_SCRIPT = """
-import sys, torch
-from comfy.cli_args import args
-args.cpu = True
-from comfy.ldm.wan.vae import WanVAE
-from safetensors.torch import save_file
-
-vae = WanVAE(dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
-             temperal_downsample=[False, True, True])
-generator = torch.Generator().manual_seed(0)
-
-def init(name, tensor):
-    if name.endswith("gamma"):
-        return torch.ones_like(tensor)
-    if name.endswith("bias"):
-        return torch.zeros_like(tensor)
-    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
-
-save_file({name: init(name, t).contiguous() for name, t in vae.state_dict().items()}, sys.argv[1])
-"""
-
-
 @pytest.fixture(scope="module")
 def tiny_vae(comfy_server, comfy_root) -> str:
-    """A random Wan 2.1 VAE (base width 8 instead of 96) in the server's models/vae."""
-    target = comfy_server.base_dir / "models" / "vae" / TINY_VAE
-    subprocess.run([comfyui_python(comfy_root), "-c", TINY_VAE_SCRIPT, str(target)], cwd=comfy_root,
-                   check=True, capture_output=True, timeout=120)
-    return TINY_VAE
+    return write_tiny_vae(comfy_root, comfy_server.base_dir)
 
 
 # --- checks ----------------------------------------------------------------------------
@@ -227,44 +150,8 @@ def test_example_settings(path, object_info):
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs_on_cpu(path, comfy_server, object_info, tiny_vae, tiny_shape):
     steps, cfg, family = EXPECTED[path.name]
-    prompt = to_api_prompt(load(path), object_info)
-    encoders = [node_id for node_id, node in prompt.items() if node["class_type"] == "CLIPLoader"]
-    for node_id, node in prompt.items():
-        kind, inputs = node["class_type"], node["inputs"]
-        if kind in ("UNETLoader", "Krea2DiffusersLoader"):
-            inputs["unet_name" if kind == "UNETLoader" else "model_name"] = TINY_UNET
-        elif kind == "VAELoader":
-            inputs["vae_name"] = tiny_vae
-        elif kind == "CLIPTextEncode":
-            conditioning = {"seed": int(node_id), "tokens": 8, "features": tiny_shape.context_features}
-            prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
-        elif kind == "EmptyLatentImage":
-            inputs.update(width=TEST_SIZE, height=TEST_SIZE)
-        elif kind == "SaveImage":
-            inputs["filename_prefix"] = f"examples/{path.stem}"
-    for node_id in encoders:
-        del prompt[node_id]
-    dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
-                if isinstance(value, list) and value[0] not in prompt]
-    assert not dangling, f"inputs still wired to removed nodes: {dangling}"
-
-    prompt_id = comfy_server.queue(prompt)
-    entry = comfy_server.wait(prompt_id, timeout=300)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{comfy_server.log_tail()}"
-
-    (save_id,) = [n for n, node in prompt.items() if node["class_type"] == "SaveImage"]
-    (image,) = entry["outputs"][save_id]["images"]
-    from PIL import Image
-
-    with Image.open(comfy_server.base_dir / "output" / image["subfolder"] / image["filename"]) as png:
-        assert png.size == (TEST_SIZE, TEST_SIZE)
-        # NaN anywhere (sampler or VAE) saves as a flat black image.
-        assert any(low != high for low, high in png.convert("RGB").getextrema()), "flat image"
-
-    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
-    runs = [run for run in comfy_server.get("/krea2_cachedit/stats")["runs"]
-            if run["prompt_id"] == prompt_id and run["node_id"] == cache_id]
-    assert len(runs) == 1, f"stats for node {cache_id} of prompt {prompt_id}: {runs}"
-    run = runs[0]
+    prompt = example_prompt(load(path), object_info, vae_name=tiny_vae,
+                            context_features=tiny_shape.context_features, prefix=f"examples/{path.stem}")
+    _, run = run_example(comfy_server, prompt)
     summary = (run["status"], run["steps"], run["cfg"], run["settings"], run["model"])
     assert summary == ("ok", steps, cfg, CACHE_DEFAULTS, family)

@@ -1,0 +1,115 @@
+"""The shipped example workflows as API prompts that run on the CPU with small stand-ins.
+
+An example is converted from the graph editor's format to an API prompt with
+/object_info's input order (``editor_format.to_api_prompt``), then the multi-GB
+Comfy-Org files are replaced:
+
+- diffusion model: the tiny generated Krea-2 (native single file, ``krea2_prompts.TINY_MODEL``),
+  read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike;
+- text encoder: Qwen3-VL-4B cannot shrink, so ``CLIPLoader`` is dropped and each
+  ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny model's width;
+- VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
+  base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
+  exactly as it detects ``qwen_image_vae.safetensors``;
+- resolution: 64x64. Steps, CFG, sampler and every Cache-DiT setting stay as shipped.
+
+Used by tests/test_example_workflows.py (every example) and tests/test_manager_install.py
+(the Turbo template of the pack as ComfyUI-Manager installed it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from comfy_harness import comfyui_python, prompt_error
+from editor_format import to_api_prompt
+from krea2_prompts import TINY_MODEL
+
+TINY_VAE = "krea2_test_wan21_vae.safetensors"
+TEST_SIZE = 64
+
+# Run by ComfyUI's interpreter in a child process, so the test process stays free of
+# ComfyUI's globals. ComfyUI's layers skip weight init (they hold whatever memory held),
+# so every tensor is set here: unit norms, zero biases, fan-in scaled convolutions.
+TINY_VAE_SCRIPT = """
+import sys, torch
+from comfy.cli_args import args
+args.cpu = True
+from comfy.ldm.wan.vae import WanVAE
+from safetensors.torch import save_file
+
+vae = WanVAE(dim=8, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+             temperal_downsample=[False, True, True])
+generator = torch.Generator().manual_seed(0)
+
+def init(name, tensor):
+    if name.endswith("gamma"):
+        return torch.ones_like(tensor)
+    if name.endswith("bias"):
+        return torch.zeros_like(tensor)
+    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
+
+save_file({name: init(name, t).contiguous() for name, t in vae.state_dict().items()}, sys.argv[1])
+"""
+
+
+def write_tiny_vae(comfy_root: Path, base_dir: Path) -> str:
+    """A random Wan 2.1 VAE (base width 8 instead of 96) in ``base_dir``'s models/vae; returns its name."""
+    target = base_dir / "models" / "vae" / TINY_VAE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([comfyui_python(comfy_root), "-c", TINY_VAE_SCRIPT, str(target)], cwd=comfy_root,
+                   check=True, capture_output=True, timeout=120)
+    return TINY_VAE
+
+
+def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
+                   prefix: str) -> dict:
+    """The API prompt of an example workflow, with the stand-ins above."""
+    prompt = to_api_prompt(workflow, object_info)
+    encoders = [node_id for node_id, node in prompt.items() if node["class_type"] == "CLIPLoader"]
+    for node_id, node in prompt.items():
+        kind, inputs = node["class_type"], node["inputs"]
+        if kind in ("UNETLoader", "Krea2DiffusersLoader"):
+            inputs["unet_name" if kind == "UNETLoader" else "model_name"] = TINY_MODEL
+        elif kind == "VAELoader":
+            inputs["vae_name"] = vae_name
+        elif kind == "CLIPTextEncode":
+            conditioning = {"seed": int(node_id), "tokens": 8, "features": context_features}
+            prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
+        elif kind == "EmptyLatentImage":
+            inputs.update(width=TEST_SIZE, height=TEST_SIZE)
+        elif kind == "SaveImage":
+            inputs["filename_prefix"] = prefix
+    for node_id in encoders:
+        del prompt[node_id]
+    dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
+                if isinstance(value, list) and value[0] not in prompt]
+    assert not dangling, f"inputs still wired to removed nodes: {dangling}"
+    return prompt
+
+
+def run_example(server, prompt: dict) -> tuple[str, dict]:
+    """Queue the prompt, wait for it, check its saved image; returns (prompt_id, the stats record of
+    its Krea2CacheDiT node). Fails when the run failed or left no record of its own."""
+    prompt_id = server.queue(prompt)
+    entry = server.wait(prompt_id, timeout=300)
+    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
+    check_saved_image(server, prompt, entry)
+
+    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
+    runs = [run for run in server.get("/krea2_cachedit/stats")["runs"]
+            if run["prompt_id"] == prompt_id and run["node_id"] == cache_id]
+    assert len(runs) == 1, f"stats for node {cache_id} of prompt {prompt_id}: {runs}"
+    return prompt_id, runs[0]
+
+
+def check_saved_image(server, prompt: dict, entry: dict):
+    """The SaveImage output exists at the test size and is not flat (NaN anywhere saves as black)."""
+    from PIL import Image
+
+    (save_id,) = [n for n, node in prompt.items() if node["class_type"] == "SaveImage"]
+    (image,) = entry["outputs"][save_id]["images"]
+    with Image.open(server.base_dir / "output" / image["subfolder"] / image["filename"]) as png:
+        assert png.size == (TEST_SIZE, TEST_SIZE)
+        assert any(low != high for low, high in png.convert("RGB").getextrema()), "flat image"
