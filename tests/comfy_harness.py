@@ -106,7 +106,10 @@ class ComfyServer:
         self.prepare_base_dir(self.base_dir, self.link_pack)
         cmd = [comfyui_python(self.comfy_root), "main.py", *(["--cpu"] if self.cpu else []), "--listen", "127.0.0.1",
                "--port", str(self.port), "--disable-auto-launch", "--base-directory", str(self.base_dir),
-               "--disable-metadata", *self.extra_args]
+               "--disable-metadata",
+               # ComfyUI's default database lives in its own folder, whatever --base-directory says:
+               # keep each test server's private so servers side by side never share (or lock) one.
+               "--database-url", f"sqlite:///{self.base_dir / 'user' / 'comfyui.db'}", *self.extra_args]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(cmd, cwd=self.comfy_root, stdout=self._log, stderr=subprocess.STDOUT, env=env)
