@@ -330,6 +330,11 @@ class CacheRun:
         return None
 
     # --- stats --------------------------------------------------------------------
+    def stream_traces(self) -> list[tuple[StreamTrace, DecisionRules]]:
+        """Each stream's trace with the rules of its context (what the advisor replays)."""
+        rules = self._context_rules()
+        return [(trace, rules[trace.context]) for trace in self._traces.values()]
+
     def _context_rules(self) -> list[DecisionRules]:
         ends = self._context_starts[1:] + [self.clock.steps]
         return [DecisionRules.for_context(self.plan.settings, self.plan.mask_from(start), start, end)
@@ -337,14 +342,13 @@ class CacheRun:
 
     def _diagnostics(self, states: list[str]) -> dict:
         steps = self.clock.steps
-        rules = self._context_rules()
         diffs: list[float | None] = [None] * steps
         reasons: list[str | None] = [None] * steps
-        streams, advisor_input = [], []
-        for trace in self._traces.values():
+        streams, advisor_input = [], self.stream_traces()
+        for trace, rules in advisor_input:
             measured = trace.measured_diffs()
             order = sorted(trace.cached)
-            why = rules[trace.context].explain(order, trace.cached)
+            why = rules.explain(order, trace.cached)
             for step in order:
                 value = measured.get(step)
                 if value is not None and (diffs[step] is None or value > diffs[step]):
@@ -357,7 +361,6 @@ class CacheRun:
                             "residual_diffs": [_round(measured.get(s)) for s in order], "steps": order,
                             "cached_steps": [s for s in order if trace.cached[s]],
                             "step_reasons": [why[s] for s in order]})
-            advisor_input.append((trace, rules[trace.context]))
         return {"residual_diffs": [_round(d) for d in diffs], "step_reasons": reasons,
                 "streams": streams, "threshold_suggestions": suggest_thresholds(advisor_input)}
 

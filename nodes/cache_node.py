@@ -60,6 +60,10 @@ class Krea2CacheDiT(io.ComfyNode):
             ],
             outputs=[io.Model.Output(tooltip="A copy of the model that samples with Cache-DiT; the input is unchanged.")],
             hidden=[io.Hidden.unique_id],
+            # The MODEL it returns carries this node's id (its stats go to this node). ComfyUI's
+            # cache would hand that MODEL to another node with the same inputs under another id
+            # (it does not key V3 nodes by their hidden unique_id), so key it by node id.
+            not_idempotent=True,
         )
 
     @classmethod

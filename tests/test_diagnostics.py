@@ -1,0 +1,127 @@
+"""Why a run cached what it did, against real cache-dit and a small seeded diffusers Krea-2.
+
+The pack measures each step's Fn residual change itself and replays cache-dit's
+rules; these tests hold that replay to what cache-dit actually decided in the
+same run, and the threshold advisor to what a re-run with its suggestion does.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from krea2_cachedit.adapters.diagnostics import DecisionRules, StreamTrace, relative_change
+from krea2_cachedit.adapters.settings import CacheSettings
+from test_cache_run import COND, SIGMAS, STEPS, UNCOND, Stream, open_run, run_single, run_split, transformer  # noqa: F401
+
+
+def replay_of(run) -> set[int]:
+    """The steps the advisor's replay says cache-dit caches, from the run's own measured changes."""
+    cached = None
+    for trace, rules in run.stream_traces():
+        order, changes = trace.pair_changes()
+        position = {s: i for i, s in enumerate(order)}
+        decisions = rules.replay(order, lambda k, t: float(changes[position[k], position[t]]))
+        steps = {s for s, (was_cached, _) in decisions.items() if was_cached}
+        cached = steps if cached is None else cached & steps
+    return cached
+
+
+@pytest.fixture(scope="module")
+def measured(transformer):
+    """A run with caching off: the residual changes of the reference trajectory."""
+    return run_single(transformer, CacheSettings(residual_diff_threshold=0.0), Stream(COND, 1)).record
+
+
+def test_changes_are_measured_on_every_step_even_with_caching_off(measured):
+    assert measured.cached_steps == []
+    assert measured.residual_diffs[0] is None, "step 0 has nothing to compare with"
+    assert all(d is not None and d > 0 for d in measured.residual_diffs[1:])
+    assert measured.step_reasons == ["warmup"] * 4 + ["threshold_off"] * 4
+
+
+def test_a_change_is_measured_against_the_last_computed_step_not_the_previous_one():
+    trace = StreamTrace((0,), context=0, start_step=0)
+    residuals = [torch.full((2, 3), v) for v in (1.0, 1.1, 1.3)]
+    trace.observe(0, residuals[0])
+    trace.finish(0, cached=False)
+    trace.observe(1, residuals[1])
+    trace.finish(1, cached=True)        # cached: cache-dit keeps step 0's residual as its reference
+    trace.observe(2, residuals[2])
+    trace.finish(2, cached=False)
+    diffs = trace.measured_diffs()
+    assert diffs[1] == pytest.approx(0.1) and diffs[2] == pytest.approx(0.3)
+    assert float(relative_change(residuals[1], residuals[2])) == pytest.approx(0.2 / 1.1)
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"max_continuous_cached_steps": 1},
+    {"max_continuous_cached_steps": -1, "max_cached_steps": 2},
+    {"max_warmup_steps": 2, "warmup_interval": 2},
+    {"steps_mask": "medium"},
+], ids=["reference_limits", "one_in_a_row", "at_most_two", "warmup_interval", "mask"])
+def test_replay_matches_what_cache_dit_decided(transformer, measured, overrides):
+    # Thresholds that do cache on these random weights: halfway between changes measured above
+    # (a threshold equal to a change would test float rounding, not the rules).
+    changes = sorted(d for d in measured.residual_diffs if d is not None)
+    middles = [(a + b) / 2 for a, b in zip(changes, changes[1:])]
+    for threshold in (middles[0], middles[len(middles) // 2], changes[-1] * 1.05):
+        settings = CacheSettings(**{"residual_diff_threshold": threshold, "max_warmup_steps": 2, **overrides})
+        run = run_single(transformer, settings, Stream(COND, 1))
+        assert replay_of(run) == set(run.record.cached_steps), f"threshold {threshold} {overrides}"
+    assert run.record.cached_steps, "the last threshold must cache something, or the check says little"
+
+
+def test_replay_matches_cache_dit_for_split_cond_and_uncond(transformer):
+    settings = CacheSettings(residual_diff_threshold=0.9, max_warmup_steps=2, max_continuous_cached_steps=2)
+    run, _ = run_split(transformer, settings, (UNCOND, COND))
+    record = run.record
+    assert record.has_separate_cfg and len(record.streams) == 2
+    assert replay_of(run) == set(record.cached_steps)
+    per_stream = [s["residual_diffs"] for s in record.streams]
+    # The step's change is the larger of the two streams'.
+    for step in range(1, STEPS):
+        values = [diffs[step] for diffs in per_stream]
+        assert record.residual_diffs[step] == pytest.approx(max(values))
+
+
+def test_reasons_follow_the_rules(transformer):
+    settings = CacheSettings(residual_diff_threshold=1.9, max_warmup_steps=2, max_continuous_cached_steps=2)
+    record = run_single(transformer, settings, Stream(COND, 1)).record
+    # A threshold that always passes: warmup, then two cached, one computed for the limit, two cached...
+    assert record.step_reasons == ["warmup", "warmup", "threshold", "threshold", "max_continuous",
+                                   "threshold", "threshold", "max_continuous"]
+    assert record.cached_steps == [2, 3, 5, 6]
+    masked = run_single(transformer, CacheSettings(steps_mask="fast"), Stream(COND, 1)).record
+    assert masked.step_reasons == ["warmup"] * 3 + ["mask"] * 5 and masked.cached_steps == [3, 5, 6]
+
+
+def test_suggested_thresholds_cache_what_they_promise_give_or_take_one(transformer, measured):
+    suggestions = measured.threshold_suggestions
+    assert suggestions, "a run with measured changes suggests thresholds"
+    assert [s["threshold"] for s in suggestions] == sorted(s["threshold"] for s in suggestions)
+    counts = [len(s["cached_steps"]) for s in suggestions]
+    assert counts == sorted(set(counts)) and counts[0] >= 1
+    for suggestion in suggestions:
+        low, high = suggestion["range"]
+        assert low < suggestion["threshold"] < high or suggestion["threshold"] == 1.0
+        rerun = run_single(transformer, CacheSettings(residual_diff_threshold=suggestion["threshold"]),
+                           Stream(COND, 1)).record
+        assert abs(len(rerun.cached_steps) - len(suggestion["cached_steps"])) <= 1, (suggestion, rerun.cached_steps)
+
+
+def test_time_estimate_adds_what_the_cached_calls_saved(transformer, measured):
+    assert measured.estimated_uncached_s == pytest.approx(measured.duration_s)
+    record = run_single(transformer, CacheSettings(steps_mask="ultra"), Stream(COND, 1)).record
+    assert record.cached_steps and record.estimated_uncached_s > record.duration_s
+    assert record.as_dict()["estimated_speedup"] > 1.0
+
+
+def test_decision_rules_of_a_fresh_context_mid_run():
+    settings = CacheSettings(steps_mask="fast", max_warmup_steps=4)
+    # cache-dit gets the rest of the mask from step 3 on, with its first step computing.
+    rules = DecisionRules.for_context(settings, [1, 1, 0, 0, 1], start_step=3, end_step=8)
+    assert rules.warmup_steps == frozenset({3, 4})
+    reasons = rules.explain([3, 4, 5, 6, 7], {3: False, 4: False, 5: True, 6: True, 7: False})
+    assert reasons == {3: "fresh_context", 4: "warmup", 5: "mask", 6: "mask", 7: "mask"}

@@ -1,0 +1,110 @@
+"""Which step a model call belongs to, call by call, as ComfyUI's samplers make them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from krea2_cachedit.adapters.step_clock import StepClock
+
+COND, UNCOND = "cond", "uncond"
+
+
+def krea2_simple_sigmas(steps: int, shift: float = 1.15) -> torch.Tensor:
+    """ComfyUI's "simple" schedule on Krea-2's flow model (shift 1.15), as float32 like the samplers use."""
+    timesteps = torch.arange(1, 1001, dtype=torch.float64) / 1000
+    table = shift * timesteps / (1 + (shift - 1) * timesteps)
+    stride = len(table) / steps
+    return torch.tensor([float(table[-(1 + int(x * stride))]) for x in range(steps)] + [0.0], dtype=torch.float32)
+
+
+@pytest.mark.parametrize("steps", [8, 52])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rounded_sigmas_map_to_their_own_step(steps, dtype):
+    sigmas = krea2_simple_sigmas(steps)
+    rounded = sigmas.to(dtype).float()
+    assert not torch.equal(rounded, sigmas), "the test needs sigmas that rounding moves"
+    clock = StepClock(sigmas)
+    assert [clock.step_by_sigma(s) for s in rounded[:-1]] == list(range(steps))
+    # The same with the sampler's reports, as in a ComfyUI run of a sampler that rounds.
+    reporting = StepClock(sigmas, sampler_reports=True)
+    seen = []
+    for i, sigma in enumerate(rounded[:-1]):
+        seen.append(reporting.step_of(sigma, COND))
+        reporting.step_reported(i)
+    assert seen == list(range(steps))
+
+
+def test_sigmas_between_schedule_values_belong_to_the_interval():
+    clock = StepClock(torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
+    assert clock.steps == 4
+    assert [clock.step_by_sigma(s) for s in (1.0, 0.9, 0.75, 0.6, 0.5, 0.25, 0.1, 0.0)] == [0, 0, 1, 1, 2, 3, 3, 3]
+
+
+def run_sampler(clock: StepClock, pattern: list[list[float]], streams=(COND,)) -> list[int]:
+    """Steps the clock gives a sampler whose step i evaluates at ``pattern[i]`` (the first one
+    at sigma[i], then its further evaluations) and calls back after the first evaluation."""
+    steps = []
+    for i, sigmas in enumerate(pattern):
+        for n, sigma in enumerate(sigmas):
+            for stream in streams:
+                steps.append(clock.step_of(sigma, stream))
+            if n == 0:
+                clock.step_reported(i)
+    return steps
+
+
+SIGMAS = krea2_simple_sigmas(8)
+
+
+def heun_pattern(sigmas):
+    s = [float(v) for v in sigmas]
+    return [[s[i]] + ([s[i + 1]] if s[i + 1] > 0 else []) for i in range(len(s) - 1)]
+
+
+def expected(pattern, streams=1):
+    return [i for i, sigmas in enumerate(pattern) for _ in sigmas for _ in range(streams)]
+
+
+@pytest.mark.parametrize("streams", [(COND,), (COND, UNCOND)], ids=["one_stream", "split"])
+def test_heun_corrector_belongs_to_the_step_it_corrects(streams):
+    pattern = heun_pattern(SIGMAS)
+    clock = StepClock(SIGMAS, sampler_reports=True, corrector=True)
+    assert run_sampler(clock, pattern, streams) == expected(pattern, len(streams))
+
+
+def test_an_unknown_corrector_sampler_is_learnt_after_its_first_step():
+    pattern = heun_pattern(SIGMAS)
+    clock = StepClock(SIGMAS, sampler_reports=True, corrector=False)
+    steps = run_sampler(clock, pattern)
+    assert clock.corrector
+    # Only the first corrector is taken for the next step's call, before the repeat shows what it was.
+    assert steps[:3] == [0, 1, 1] and steps[3:] == expected(pattern)[3:]
+
+
+def test_intermediate_sigmas_close_to_the_next_step_stay_in_their_step():
+    """dpmpp_2s_ancestral evaluates between sigma[i] and sigma[i+1], sometimes very near sigma[i+1]."""
+    s = [float(v) for v in SIGMAS]
+    pattern = [[s[i], s[i + 1] + 0.25 * (s[i] - s[i + 1])] for i in range(7)] + [[s[7]]]
+    clock = StepClock(SIGMAS, sampler_reports=True)
+    assert run_sampler(clock, pattern, (COND, UNCOND)) == expected(pattern, 2)
+
+
+def test_heunpp2_look_ahead_evaluations_stay_in_their_step():
+    s = [float(v) for v in SIGMAS]
+    pattern = [[s[i], s[i + 1], s[i + 2]] for i in range(6)] + [[s[6], s[7]], [s[7]]]
+    clock = StepClock(SIGMAS, sampler_reports=True, corrector=True)
+    assert run_sampler(clock, pattern) == expected(pattern)
+
+
+def test_a_sampler_that_never_reports_is_clocked_by_sigma():
+    clock = StepClock(SIGMAS, sampler_reports=True)
+    steps = [clock.step_of(float(s), COND) for s in SIGMAS[:-1]]
+    assert not clock.sampler_reports
+    # Step 1 has to wait for the evidence (step 2 arriving without a report); from then on it is exact.
+    assert steps[0] == 0 and steps[2:] == list(range(2, 8))
+
+
+def test_one_sigma_is_not_a_schedule():
+    with pytest.raises(ValueError, match="at least two values"):
+        StepClock(torch.tensor([0.5]))
