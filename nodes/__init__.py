@@ -7,6 +7,7 @@ this folder must never be importable as a top-level ``nodes`` (ComfyUI has its o
 from comfy_api.latest import ComfyExtension, io
 
 from .cache_node import Krea2CacheDiT
+from .compare_node import Krea2CompareImages
 from .loader_node import Krea2DiffusersLoader
 from . import routes
 
@@ -16,4 +17,4 @@ class Krea2CacheDiTExtension(ComfyExtension):
         routes.register()
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [Krea2CacheDiT, Krea2DiffusersLoader]
+        return [Krea2CacheDiT, Krea2DiffusersLoader, Krea2CompareImages]

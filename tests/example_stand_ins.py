@@ -80,7 +80,7 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
         elif kind == "EmptyLatentImage":
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
         elif kind == "SaveImage":
-            inputs["filename_prefix"] = prefix
+            inputs["filename_prefix"] = f"{prefix}_{node_id}"
     for node_id in encoders:
         del prompt[node_id]
     dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
@@ -89,27 +89,42 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
     return prompt
 
 
-def run_example(server, prompt: dict) -> tuple[str, dict]:
-    """Queue the prompt, wait for it, check its saved image; returns (prompt_id, the stats record of
-    its Krea2CacheDiT node). Fails when the run failed or left no record of its own."""
+def run_example(server, prompt: dict) -> tuple[str, dict, dict]:
+    """Queue the prompt, wait for it, check its saved images; returns (prompt_id, its history entry,
+    the stats record of its Krea2CacheDiT node). Fails when the run failed or left no record of its own."""
     prompt_id = server.queue(prompt)
     entry = server.wait(prompt_id, timeout=300)
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    check_saved_image(server, prompt, entry)
+    check_saved_images(server, prompt, entry)
 
     (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
     runs = [run for run in server.get("/krea2_cachedit/stats")["runs"]
             if run["prompt_id"] == prompt_id and run["node_id"] == cache_id]
     assert len(runs) == 1, f"stats for node {cache_id} of prompt {prompt_id}: {runs}"
-    return prompt_id, runs[0]
+    return prompt_id, entry, runs[0]
 
 
-def check_saved_image(server, prompt: dict, entry: dict):
-    """The SaveImage output exists at the test size and is not flat (NaN anywhere saves as black)."""
+def saved_rgb(server, image: dict):
+    """A saved or previewed image of a history entry, as RGB."""
     from PIL import Image
 
-    (save_id,) = [n for n, node in prompt.items() if node["class_type"] == "SaveImage"]
-    (image,) = entry["outputs"][save_id]["images"]
-    with Image.open(server.base_dir / "output" / image["subfolder"] / image["filename"]) as png:
-        assert png.size == (TEST_SIZE, TEST_SIZE)
-        assert any(low != high for low, high in png.convert("RGB").getextrema()), "flat image"
+    with Image.open(server.base_dir / image.get("type", "output") / image["subfolder"] / image["filename"]) as png:
+        return png.convert("RGB")
+
+
+def saved_images(server, prompt: dict, entry: dict) -> dict:
+    """SaveImage node id -> its saved image (RGB)."""
+    saved = {}
+    for save_id in [n for n, node in prompt.items() if node["class_type"] == "SaveImage"]:
+        (image,) = entry["outputs"][save_id]["images"]
+        saved[save_id] = saved_rgb(server, image)
+    return saved
+
+
+def check_saved_images(server, prompt: dict, entry: dict):
+    """Every SaveImage output exists at the test size; decoded images are not flat (NaN saves as black)."""
+    decoded = {n for n, node in prompt.items() if node["class_type"] == "VAEDecode"}
+    for save_id, png in saved_images(server, prompt, entry).items():
+        assert png.size == (TEST_SIZE, TEST_SIZE), f"image of node {save_id}"
+        if prompt[save_id]["inputs"]["images"][0] in decoded:
+            assert any(low != high for low, high in png.getextrema()), f"flat image from node {save_id}"

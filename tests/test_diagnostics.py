@@ -12,7 +12,7 @@ import torch
 
 from krea2_cachedit.adapters.diagnostics import DecisionRules, StreamTrace, relative_change
 from krea2_cachedit.adapters.settings import CacheSettings
-from test_cache_run import COND, SIGMAS, STEPS, UNCOND, Stream, open_run, run_single, run_split, transformer  # noqa: F401
+from test_cache_run import COND, STEPS, UNCOND, Stream, run_single, run_split, transformer  # noqa: F401 (fixture)
 
 
 def replay_of(run) -> set[int]:

@@ -300,6 +300,6 @@ def test_turbo_template_runs(manager_server, tiny_shape):
     workflow = manager_server.get(f"/api/workflow_templates/{REPO_NAME}/{TURBO}")
     prompt = example_prompt(workflow, manager_server.get("/object_info"), vae_name=TINY_VAE,
                             context_features=tiny_shape.context_features, prefix="manager/turbo")
-    prompt_id, run = run_example(manager_server, prompt)
+    prompt_id, _, run = run_example(manager_server, prompt)
     assert run["prompt_id"] == prompt_id
     assert (run["status"], run["steps"], run["cfg"]) == ("ok", 8, 1.0), run

@@ -70,14 +70,29 @@ def socket_inputs(info: dict) -> list[tuple[str, str]]:
     return [(name, kind) for name, kind, _, is_widget in ordered_inputs(info) if not is_widget]
 
 
+def input_slots(info: dict, linked: set[str]) -> list[tuple[str, str, bool]]:
+    """(name, type, is a widget) for each input slot the editor shows: the sockets, then the
+    widgets that a link feeds (e.g. one seed shared by two samplers)."""
+    return ([(name, kind, False) for name, kind in socket_inputs(info)]
+            + [(name, kind, True) for name, kind, _, is_widget in ordered_inputs(info)
+               if is_widget and name in linked])
+
+
 def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -> dict:
-    """nodes: {id, type, pos, size, widgets (by name), ...}; links: (src id, src slot, dst id, input name)."""
+    """nodes: {id, type, pos, size, widgets (by name), ...}; links: (src id, src slot, dst id, input name).
+
+    A link into a widget's name feeds that widget (the editor's widget input); its value stays in
+    ``widgets_values`` as the editor keeps it."""
     by_id = {n["id"]: n for n in nodes}
+    linked_names = {}
+    for _, _, dst, input_name in links:
+        linked_names.setdefault(dst, set()).add(input_name)
+    slots = {n["id"]: input_slots(object_info[n["type"]], linked_names.get(n["id"], set()))
+             for n in nodes if n["type"] not in UI_ONLY_TYPES}
     ui_links, out_links, in_links = [], {}, {}
     for link_id, (src, slot, dst, input_name) in enumerate(links, start=1):
         kind = object_info[by_id[src]["type"]]["output"][slot]
-        sockets = [s for s, _ in socket_inputs(object_info[by_id[dst]["type"]])]
-        ui_links.append([link_id, src, slot, dst, sockets.index(input_name), kind])
+        ui_links.append([link_id, src, slot, dst, [s for s, _, _ in slots[dst]].index(input_name), kind])
         out_links.setdefault((src, slot), []).append(link_id)
         in_links[(dst, input_name)] = link_id
 
@@ -91,8 +106,9 @@ def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -
             ui_nodes.append(ui)
             continue
         info = object_info[node["type"]]
-        ui["inputs"] = [{"localized_name": s, "name": s, "type": t, "link": in_links.get((node["id"], s))}
-                        for s, t in socket_inputs(info)]
+        ui["inputs"] = [{"localized_name": s, "name": s, "type": t, **({"widget": {"name": s}} if widget else {}),
+                         "link": in_links.get((node["id"], s))}
+                        for s, t, widget in slots[node["id"]]]
         ui["outputs"] = [{"localized_name": n, "name": n, "type": t, "slot_index": i,
                           "links": out_links.get((node["id"], i), [])}
                          for i, (n, t) in enumerate(zip(info["output_name"], info["output"]))]
@@ -119,15 +135,15 @@ def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -
 
 
 def cache_node(node_id: int, object_info: dict) -> dict:
-    """Krea2CacheDiT with every input at its default (the reference settings)."""
-    inputs = object_info["Krea2CacheDiT"]["input"]["required"]
-    defaults = {name: spec[1]["default"] for name, spec in inputs.items() if len(spec) > 1 and "default" in spec[1]}
-    return {"id": node_id, "type": "Krea2CacheDiT", "pos": [460, 40], "size": [340, 370],
-            "widgets": defaults}
+    """Krea2CacheDiT with every widget at the default the node's schema (/object_info) gives."""
+    defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(object_info["Krea2CacheDiT"])
+                if is_widget}
+    return {"id": node_id, "type": "Krea2CacheDiT", "pos": [460, 40], "size": [340, 370], "widgets": defaults}
 
 
-def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: dict,
-                  diffusers: bool = False) -> dict:
+def loaders_and_prompts(variant: str, cfg: float, object_info: dict,
+                        diffusers: bool = False) -> tuple[list[dict], list[tuple]]:
+    """Nodes 1-6: model, text encoder and VAE loaders, Krea-2 Cache-DiT, positive and negative; their links."""
     unet_file = MODEL_FILES[variant][0]
     if diffusers:
         loader = {"id": 1, "type": "Krea2DiffusersLoader", "pos": [40, 40], "size": [380, 110],
@@ -154,12 +170,27 @@ def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: 
         nodes.append({"id": 6, "type": "CLIPTextEncode", "title": "Negative Prompt", "pos": [460, 690],
                       "size": [400, 120], "widgets": {"text": NEGATIVE}})
         negative_links = [(2, 0, 6, "clip")]
+    return nodes, [(1, 0, 4, "model"), (2, 0, 5, "clip"), *negative_links]
+
+
+def empty_latent(node_id: int, pos: list[int]) -> dict:
+    return {"id": node_id, "type": "EmptyLatentImage", "pos": pos, "size": [300, 110],
+            "widgets": {"width": 1024, "height": 1024, "batch_size": 1}}
+
+
+def ksampler(node_id: int, pos: list[int], steps: int, cfg: float, title: str | None = None) -> dict:
+    node = {"id": node_id, "type": "KSampler", "pos": pos, "size": [320, 270],
+            "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": steps, "cfg": cfg,
+                        "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0}}
+    return node | ({"title": title} if title else {})
+
+
+def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: dict,
+                  diffusers: bool = False) -> dict:
+    nodes, prompt_links = loaders_and_prompts(variant, cfg, object_info, diffusers)
     nodes += [
-        {"id": 7, "type": "EmptyLatentImage", "pos": [900, 520], "size": [300, 110],
-         "widgets": {"width": 1024, "height": 1024, "batch_size": 1}},
-        {"id": 8, "type": "KSampler", "pos": [900, 40], "size": [320, 270],
-         "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": steps, "cfg": cfg,
-                     "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0}},
+        empty_latent(7, [900, 520]),
+        ksampler(8, [900, 40], steps, cfg),
         {"id": 9, "type": "VAEDecode", "pos": [1260, 40], "size": [210, 50], "widgets": {}},
         {"id": 10, "type": "SaveImage", "pos": [1260, 140], "size": [520, 560],
          "widgets": {"filename_prefix": f"Krea2_{variant}_cachedit"}},
@@ -167,20 +198,67 @@ def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: 
          "text": note(variant, "Load Krea-2 (diffusers)" if diffusers else "Load Diffusion Model")},
     ]
     links = [
-        (1, 0, 4, "model"), (2, 0, 5, "clip"), *negative_links,
+        *prompt_links,
         (4, 0, 8, "model"), (5, 0, 8, "positive"), (6, 0, 8, "negative"), (7, 0, 8, "latent_image"),
         (8, 0, 9, "samples"), (3, 0, 9, "vae"), (9, 0, 10, "images"),
     ]
     return build(name, nodes, links, object_info)
 
 
+def compare_note(variant: str) -> str:
+    files = [MODEL_FILES[variant], MODEL_FILES["text_encoder"], MODEL_FILES["vae"]]
+    links = "\n".join(f"- `{d}/`: [{n}]({HF}/{d}/{n})" for n, d in files)
+    return (
+        f"## Krea-2 {variant.capitalize()}: with and without Cache-DiT\n\n"
+        "Both KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
+        "samples through **Krea-2 Cache-DiT**, the bottom one without it. **Krea-2 Compare Images** shows on "
+        "the node how far the cached image is from the uncached one: MAE (0-255), PSNR (dB; identical images "
+        "give 100 dB) and a heatmap of where they differ (black = identical, white = the largest difference). "
+        "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
+        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n"
+    )
+
+
+def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_info: dict) -> dict:
+    """One seed, one set of prompts and latent, sampled with and without Cache-DiT, then compared."""
+    nodes, prompt_links = loaders_and_prompts(variant, cfg, object_info)
+    nodes += [
+        empty_latent(7, [460, 780]),
+        {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
+         "widgets": {"value": 42, "control_after_generate": "randomize"}},
+        ksampler(8, [900, 40], steps, cfg, title="KSampler (Cache-DiT)"),
+        {"id": 9, "type": "VAEDecode", "pos": [1260, 40], "size": [210, 50], "widgets": {}},
+        {"id": 10, "type": "SaveImage", "title": "Cache-DiT", "pos": [1980, 40], "size": [400, 440],
+         "widgets": {"filename_prefix": f"Krea2_{variant}_cachedit"}},
+        {"id": 11, "type": "MarkdownNote", "pos": [-420, 40], "size": [420, 460], "text": compare_note(variant)},
+        ksampler(12, [900, 360], steps, cfg, title="KSampler (uncached)"),
+        {"id": 13, "type": "VAEDecode", "pos": [1260, 360], "size": [210, 50], "widgets": {}},
+        {"id": 14, "type": "SaveImage", "title": "Uncached", "pos": [1980, 520], "size": [400, 440],
+         "widgets": {"filename_prefix": f"Krea2_{variant}_uncached"}},
+        {"id": 15, "type": "Krea2CompareImages", "pos": [1520, 40], "size": [420, 560], "widgets": {}},
+        {"id": 16, "type": "SaveImage", "title": "Difference", "pos": [1520, 640], "size": [420, 440],
+         "widgets": {"filename_prefix": f"Krea2_{variant}_difference"}},
+    ]
+    links = [
+        *prompt_links,
+        (4, 0, 8, "model"), (5, 0, 8, "positive"), (6, 0, 8, "negative"), (7, 0, 8, "latent_image"),
+        (17, 0, 8, "seed"), (8, 0, 9, "samples"), (3, 0, 9, "vae"), (9, 0, 10, "images"),
+        (1, 0, 12, "model"), (5, 0, 12, "positive"), (6, 0, 12, "negative"), (7, 0, 12, "latent_image"),
+        (17, 0, 12, "seed"), (12, 0, 13, "samples"), (3, 0, 13, "vae"), (13, 0, 14, "images"),
+        (13, 0, 15, "reference"), (9, 0, 15, "candidate"), (15, 0, 16, "images"),
+    ]
+    return build(name, nodes, links, object_info)
+
+
 EXAMPLES = {
     # Krea-2 Turbo: 8 steps, CFG 1, euler/simple, 1024x1024 (Comfy-Org's Turbo template settings).
-    "krea2_turbo_cachedit.json": dict(variant="turbo", steps=8, cfg=1.0),
+    "krea2_turbo_cachedit.json": (text_to_image, dict(variant="turbo", steps=8, cfg=1.0)),
     # Krea-2 Raw: the reference 52 steps at CFG 3.5.
-    "krea2_raw_cachedit.json": dict(variant="raw", steps=52, cfg=3.5),
+    "krea2_raw_cachedit.json": (text_to_image, dict(variant="raw", steps=52, cfg=3.5)),
     # The same Turbo graph through the pack's diffusers loader.
-    "krea2_diffusers_cachedit.json": dict(variant="turbo", steps=8, cfg=1.0, diffusers=True),
+    "krea2_diffusers_cachedit.json": (text_to_image, dict(variant="turbo", steps=8, cfg=1.0, diffusers=True)),
+    # Turbo with and without Cache-DiT from one seed, and how far apart the two images are.
+    "krea2_turbo_compare.json": (cached_vs_uncached, dict(variant="turbo", steps=8, cfg=1.0)),
 }
 
 
@@ -199,8 +277,8 @@ def fetch_object_info() -> dict:
 def main():
     object_info = fetch_object_info()
     OUT_DIR.mkdir(exist_ok=True)
-    for name, spec in EXAMPLES.items():
-        workflow = text_to_image(name, object_info=object_info, **spec)
+    for name, (make, spec) in EXAMPLES.items():
+        workflow = make(name, object_info=object_info, **spec)
         (OUT_DIR / name).write_text(json.dumps(workflow, indent=2) + "\n")
         print(f"wrote {OUT_DIR / name}")
 
