@@ -106,12 +106,15 @@ class CallLayout:
             self.next_step, self.next_slot = self.next_step + 1, 0
 
 
-def _cfg_mode(branches: tuple[int, ...], expects_uncond: bool) -> str:
-    # Branches are indices into the guider's conds (cond/uncond for CFG; up to three for dual-CFG
-    # or perp-neg): several in one call are one batched stream.
-    if len(set(branches)) > 1:
-        return "batched"
-    return "split" if expects_uncond else "none"
+def _cfg_mode(branches: tuple[int, ...], conds_per_step: int) -> str:
+    """"split" when this call leaves conds of the step to further calls, else "batched" or "none".
+
+    Branches are indices into the guider's conds (cond/uncond for CFG; up to three for dual CFG
+    or perp-neg); several in one call are one batched stream.
+    """
+    if len(set(branches)) < conds_per_step:
+        return "split"
+    return "batched" if len(set(branches)) > 1 else "none"
 
 
 class CallTimer:
@@ -143,7 +146,7 @@ class CacheRun:
 
     def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, cfg: float,
                  expects_uncond: bool, node_id: str = "", prompt_id: str = "", guidance: dict | None = None,
-                 host=None):
+                 host=None, conds_per_step: int | None = None):
         self.target = target
         # The module the sampler calls (the transformer, or a module around it); calls into any
         # other module (e.g. a copy on another GPU) are not this run's.
@@ -152,7 +155,8 @@ class CacheRun:
         self.clock = clock
         self.cfg = float(cfg)
         self.guidance = dict(guidance or {})
-        self.expects_uncond = expects_uncond
+        # How many conds the guider evaluates per step (1 without an uncond pass).
+        self.conds_per_step = conds_per_step if conds_per_step is not None else (2 if expects_uncond else 1)
         self.node_id = node_id
         self.prompt_id = prompt_id
         self.layout: CallLayout | None = None
@@ -160,7 +164,7 @@ class CacheRun:
         self.contexts = 0
         self.outcomes: list[CallOutcome] = []
         self.record: RunRecord | None = None
-        self._single_stream_seen = not expects_uncond
+        self._single_stream_seen = self.conds_per_step < 2
         # Read once: while cache-dit runs, the module's block list is its single wrapper.
         self._original_blocks = target.blocks
         self.num_blocks = len(self._original_blocks)
@@ -266,7 +270,7 @@ class CacheRun:
         """A fresh cache context from ``step`` on, configured for the layout of this call."""
         import cache_dit
 
-        mode = _cfg_mode(key.branches, self.expects_uncond)
+        mode = _cfg_mode(key.branches, self.conds_per_step)
         split = mode == "split" and not self._single_stream_seen
         if mode == "split" and not split:
             mode = "none"
@@ -374,8 +378,8 @@ class CacheRun:
         return RunRecord(
             node_id=str(self.node_id), prompt_id=str(self.prompt_id), model=self.target.family.name,
             steps_mask=self.plan.settings.steps_mask, mask=list(self.plan.mask) if self.plan.mask else None,
-            steps=self.clock.steps,
-            cfg=self.cfg, guidance=self.guidance, cfg_mode=layout.mode if layout else _cfg_mode((), self.expects_uncond),
+            steps=self.clock.steps, sigmas=[round(v, 6) for v in self.clock.sigmas],
+            cfg=self.cfg, guidance=self.guidance, cfg_mode=layout.mode if layout else ("split" if self.conds_per_step > 1 else "none"),
             has_separate_cfg=bool(layout and layout.separate_cfg), settings=settings,
             cached_steps=cached, partial_steps=partial, step_states=states,
             calls=len(self.outcomes), extra_calls=sum(not o.served_by_cache_dit for o in self.outcomes),

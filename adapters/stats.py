@@ -31,6 +31,7 @@ class RunRecord:
     steps_mask: str
     mask: list[int] | None        # the step mask built for this run (1 = compute), None without one
     steps: int
+    sigmas: list                  # the run's sigma schedule (steps + 1 values)
     cfg: float
     guidance: dict                # the guider and the scales it really uses (e.g. cfg1/cfg2 of dual CFG)
     cfg_mode: str
@@ -95,6 +96,7 @@ def skipped_record(node_id: str, prompt_id: str, steps: int, cfg: float, guidanc
     """The record of a run the pack left uncached on purpose, saying why."""
     return RunRecord(
         node_id=str(node_id), prompt_id=str(prompt_id), model="", steps_mask="none", mask=None, steps=steps,
+        sigmas=[],
         cfg=cfg, guidance=guidance, cfg_mode="none", has_separate_cfg=False, settings={}, cached_steps=[],
         partial_steps=[], step_states=["computed"] * steps, calls=0, extra_calls=0, cache_contexts=0,
         block_evals=0, block_evals_uncached=0, call_log=[], status="skipped", warnings=[reason],

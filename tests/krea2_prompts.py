@@ -38,3 +38,30 @@ def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache
         prompt["5"] = {"class_type": "Krea2CacheDiT", "inputs": {"model": ["1", 0], **CACHE_NODE_DEFAULTS, **cache}}
         prompt["6"]["inputs"]["model"] = ["5", 0]
     return prompt
+
+
+def guided_prompt(guider: dict, *, steps=8, sampler="euler", cache: dict | None = None, seed=0, size=64,
+                  sigmas_from: list | None = None, prefix="krea2_guided") -> dict:
+    """UNETLoader -> [Krea2CacheDiT] -> ``guider`` -> SamplerCustomAdvanced -> SaveLatent.
+
+    ``guider`` is the guider node ("class_type" and its non-model inputs); conds "2" (seed 1),
+    "3" (seed 2, 13 tokens) and "8" (seed 3) are available to it. Node ids: "1" loader,
+    "5" Cache-DiT, "9" guider, "11" sigmas, "12" sampler, "7" SaveLatent. ``sigmas_from``
+    replaces the sigmas input (e.g. a SplitSigmas output).
+    """
+    prompt = krea2_prompt(steps=steps, sampler=sampler, cache=cache, seed=seed, size=size, neg_tokens=13,
+                          prefix=prefix)
+    model = prompt["6"]["inputs"]["model"]
+    del prompt["6"]
+    prompt["8"] = {"class_type": "Krea2TestConditioning",
+                   "inputs": {"seed": 3, "tokens": 8, "features": TINY_CONTEXT_FEATURES}}
+    prompt["9"] = {"class_type": guider["class_type"], "inputs": {"model": model, **guider["inputs"]}}
+    prompt["10"] = {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}}
+    prompt["11"] = {"class_type": "BasicScheduler",
+                    "inputs": {"model": model, "scheduler": "simple", "steps": steps, "denoise": 1.0}}
+    prompt["12"] = {"class_type": "KSamplerSelect", "inputs": {"sampler_name": sampler}}
+    prompt["13"] = {"class_type": "SamplerCustomAdvanced", "inputs": {
+        "noise": ["10", 0], "guider": ["9", 0], "sampler": ["12", 0], "sigmas": sigmas_from or ["11", 0],
+        "latent_image": ["4", 0]}}
+    prompt["7"]["inputs"]["samples"] = ["13", 0]
+    return prompt
