@@ -1,9 +1,10 @@
 """The stats panel on the Krea2CacheDiT node, in the real graph editor in headless Chromium.
 
-A real sampling run through the real ComfyUI server: the test loads a UI-format
-workflow into the editor, queues it, and checks that what the node displays
-matches what ``GET /krea2_cachedit/stats`` reports, then that it comes back on a
-page reload and clears when another workflow is loaded.
+A real sampling run through the real ComfyUI server: the test opens two editor tabs
+(two clients) on the same workflow, queues it from tab A, and checks that A's node
+shows what ``GET /krea2_cachedit/stats`` reports for that prompt while B's same-id
+node shows nothing, then that it comes back on A's reload (not on B's), and clears
+when another workflow is loaded.
 
 Needs Chromium and ``npm ci`` in tests/browser (``tests/browser/setup.sh``).
 ``KREA2_FRONTEND_ROOT`` runs it against another frontend build (an unpacked
@@ -146,6 +147,8 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     record = runs[0]
     assert record["node_id"] == str(CACHE_NODE_ID) and record["steps"] == STEPS
     live = result["live"]
+    assert (record["client_id"], record["workflow_id"]) == (live["client_id"], live["workflow_id"]), (
+        "the record names the tab that queued the prompt and its workflow")
     assert live["visible"], "the stats panel is not visible on the canvas"
     assert (live["prompt_id"], live["node_id"]) == (record["prompt_id"], record["node_id"])
     assert live["cells"] == record["step_states"]
@@ -159,10 +162,25 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert f"CFG: {record['cfg_mode']} · separate CFG: {separate}" in text, text
     assert ARTIFACTS.joinpath("browser_stats.png").stat().st_size > 10_000
 
-    # Reopening the editor restores the workflow and the stats, from the route this time.
+    # Tab B shows the same workflow (same workflow id, same node id) in another client: A's run is
+    # not B's. The server sends B nothing, and B's editor ignores A's record if it gets one.
+    for state in ("b_before_run", "b_live", "b_after_foreign_event", "b_after_reload"):
+        shown = result[state]
+        assert shown["client_id"] != record["client_id"], (state, shown)
+        assert (shown["workflow_id"], shown["prompt_id"], shown["cells"]) == (record["workflow_id"], "", []), (
+            state, shown)
+    assert result["b_live"]["stats_events"] == 0, "the stats event went to a client that did not queue the prompt"
+
+    # Reopening tab A restores the workflow and the stats, from the route this time.
     reloaded = result["after_reload"]
+    assert reloaded["client_id"] == record["client_id"], "a reload keeps the tab's client id"
     assert (reloaded["prompt_id"], reloaded["cells"]) == (record["prompt_id"], record["step_states"])
     assert reloaded["text"] == text
-    # Loading a workflow is a graph change: no stale numbers on the new graph's node.
+    # Loading a workflow (even the same one) is a graph change: no stale numbers on the new graph's node,
+    # nor when the editor reopens with that new workflow.
     cleared = result["after_new_graph"]
     assert cleared["prompt_id"] == "" and cleared["cells"] == [] and "/" not in cleared["text"]
+    reopened = result["after_new_graph_reload"]
+    assert reopened["workflow_id"] == cleared["workflow_id"] != record["workflow_id"], (reopened, cleared)
+    assert reopened["client_id"] == record["client_id"]
+    assert reopened["prompt_id"] == "" and reopened["cells"] == [], reopened

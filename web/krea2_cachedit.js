@@ -14,13 +14,13 @@ const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280" };
 
-// Which Krea2CacheDiT node objects existed when each prompt started, so a run's
-// record lands only on the node it was computed for and never on a same-id node
-// of a workflow loaded (or cleared and rebuilt) meanwhile.
+// Which Krea2CacheDiT node objects existed when each of this client's prompts
+// started, so a run's record lands only on the node it was computed for and never
+// on a same-id node of a workflow loaded (or cleared and rebuilt) meanwhile.
 const runTargets = new Map();
-// The last record per node id from GET /krea2_cachedit/stats: shown on the first
-// graph the editor opens (the restored workflow), dropped on any later graph.
-let pageLoadRecords = new Map();
+// GET /krea2_cachedit/stats lists every client's runs: on page load, this client's
+// runs of the restored workflow are shown on it once, and never on a later graph.
+const pageLoad = { runs: null, done: false };
 let graphsConfigured = 0;
 
 function cacheNodes() {
@@ -111,12 +111,40 @@ function attachPanel(node) {
   widget.serialize = false;
 }
 
+// A record is this editor's when the prompt was queued by this client (the id the
+// server gave this tab's websocket; a reload keeps it) from the workflow shown now
+// (the editor's workflow id, sent with every prompt and kept across reloads).
+const fromThisClient = (record) => !!record.client_id && record.client_id === api.clientId;
+const workflowId = () => (app.rootGraph ?? app.graph)?.id ?? null;
+const fromThisWorkflow = (record) => !!record.workflow_id && record.workflow_id === workflowId();
+
 function onRecord(record) {
-  const started = runTargets.get(record.prompt_id);
+  if (!fromThisClient(record)) return;
   const node = cacheNodes().get(record.node_id);
-  // A prompt seen starting must still target the very same node object; one that
-  // started before this page connected can only be matched by id.
-  if (node && (!started || started.get(record.node_id) === node)) show(node, record);
+  if (!node) return;
+  const started = runTargets.get(record.prompt_id);
+  // Seen starting: the very same node object, of the workflow it was queued from
+  // (a record without a workflow id came from a prompt queued outside the editor).
+  // Started before this page connected (reloaded mid-run): the restored workflow.
+  const ours = started
+    ? started.get(record.node_id) === node && (!record.workflow_id || fromThisWorkflow(record))
+    : fromThisWorkflow(record);
+  if (ours) show(node, record);
+}
+
+function applyPageLoadRecords() {
+  // Needs the list, the restored graph and this tab's client id (sent with the socket's first status).
+  if (pageLoad.done || !pageLoad.runs || graphsConfigured !== 1 || !api.clientId) return;
+  pageLoad.done = true;
+  const latest = new Map();
+  for (const record of pageLoad.runs) {
+    if (fromThisClient(record) && fromThisWorkflow(record)) latest.set(record.node_id, record);
+  }
+  for (const [id, node] of cacheNodes()) {
+    const panel = node.widgets?.find((w) => w.name === WIDGET)?.element;
+    // A live record that arrived meanwhile is newer than the list.
+    if (latest.has(id) && !panel?.dataset.promptId) show(node, latest.get(id));
+  }
 }
 
 app.registerExtension({
@@ -128,33 +156,28 @@ app.registerExtension({
 
   setup() {
     api.addEventListener("execution_start", ({ detail }) => {
+      // Sent only to the client that queued the prompt.
       runTargets.set(detail.prompt_id, cacheNodes());
       if (runTargets.size > 32) runTargets.delete(runTargets.keys().next().value);
     });
     api.addEventListener(EVENT, ({ detail }) => onRecord(detail));
+    api.addEventListener("status", applyPageLoadRecords);
     api.fetchApi("/krea2_cachedit/stats")
       .then((response) => (response.ok ? response.json() : { runs: [] }))
       .then(({ runs }) => {
-        for (const record of runs ?? []) pageLoadRecords?.set(record.node_id, record);
-        if (graphsConfigured === 1) applyPageLoadRecords();
+        pageLoad.runs = runs ?? [];
+        applyPageLoadRecords();
       })
       .catch((error) => console.warn("[Krea-2 Cache-DiT] could not load stats:", error));
   },
 
   beforeConfigureGraph() {
     // Any graph after the restored one is a different workflow: old stats don't apply.
-    if (graphsConfigured >= 1) pageLoadRecords = null;
+    if (graphsConfigured >= 1) pageLoad.done = true;
   },
 
   afterConfigureGraph() {
     graphsConfigured += 1;
-    if (graphsConfigured === 1) applyPageLoadRecords();
+    applyPageLoadRecords();
   },
 });
-
-function applyPageLoadRecords() {
-  if (!pageLoadRecords) return;
-  for (const [id, node] of cacheNodes()) {
-    if (pageLoadRecords.has(id)) show(node, pageLoadRecords.get(id));
-  }
-}

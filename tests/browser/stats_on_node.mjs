@@ -1,5 +1,6 @@
-// Drives the real graph editor in headless Chromium: load a workflow, queue it, and
-// report what the Krea2CacheDiT node shows (see tests/test_browser.py for the checks).
+// Drives the real graph editor in headless Chromium: two tabs (two clients) on one
+// server show the same workflow; tab A queues it; report what the Krea2CacheDiT node
+// shows in each tab, live and after a reload (see tests/test_browser.py for the checks).
 //
 // usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir>
 // writes <out dir>/result.json and <out dir>/browser_stats.png
@@ -12,6 +13,7 @@ const [url, workflowPath, outDir] = process.argv.slice(2);
 const workflow = JSON.parse(readFileSync(workflowPath, "utf8"));
 const chromiumPath = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const RUN_TIMEOUT_MS = Number(process.env.KREA2_BROWSER_RUN_TIMEOUT_MS || 240_000);
+const EVENT = "krea2_cachedit.stats";
 
 const profile = mkdtempSync(join(tmpdir(), "krea2-chromium-"));
 const context = await chromium.launchPersistentContext(profile, {
@@ -21,33 +23,38 @@ const context = await chromium.launchPersistentContext(profile, {
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
-const result = { console_errors: [], failed_requests: [] };
-try {
-  const page = context.pages()[0] ?? (await context.newPage());
+const result = { console_errors: [], failed_requests: [], console_info: [] };
+
+// One editor tab: its page and what it can read off the node.
+function editor(page, name) {
   // Errors from this pack's extension, or its event arriving unregistered.
   page.on("pageerror", (error) => {
-    if (/krea2/i.test(error.stack ?? String(error))) result.console_errors.push(error.stack);
+    if (/krea2/i.test(error.stack ?? String(error))) result.console_errors.push(`${name}: ${error.stack}`);
   });
   page.on("console", (msg) => {
-    if (/krea2|Unknown message type/i.test(msg.text())) result.console_errors.push(msg.text());
+    const text = msg.text();
+    if (msg.type() === "info" && /Krea-2 Cache-DiT/.test(text)) result.console_info.push(`${name}: ${text}`);
+    else if (/krea2|Unknown message type/i.test(text)) result.console_errors.push(`${name}: ${text}`);
   });
   page.on("response", async (response) => {
     if (response.status() < 400) return;
     // A rejected prompt says why in its body; other misses are just listed.
     const why = response.url().endsWith("/api/prompt") ? ` ${await response.text().catch(() => "")}` : "";
-    result.failed_requests.push(`${response.status()} ${response.url()}${why}`);
+    result.failed_requests.push(`${name}: ${response.status()} ${response.url()}${why}`);
   });
 
-  // The editor is ready once the graph it opens with (default or restored) is configured.
-  // scripts/app.js re-exports window.comfyAPI, so it can only be imported once that exists;
-  // the predicates below then use the imported app (waitForFunction needs sync predicates).
-  const openEditor = async () => {
+  // The editor is ready once the graph it opens with (default or restored) is configured
+  // and its websocket has its client id. scripts/app.js re-exports window.comfyAPI, so it
+  // can only be imported once that exists; the predicates below then use the imported app
+  // (waitForFunction needs sync predicates).
+  const open = async () => {
     await page.goto(url);
     await page.waitForFunction(() => !!window.comfyAPI?.app?.app, null, { timeout: 120_000 });
-    await page.evaluate(async () => {
+    await page.evaluate(async (event) => {
       const { app } = await import("/scripts/app.js");
       const { api } = await import("/scripts/api.js");
       window.krea2TestApp = app;
+      window.krea2TestApi = api;
       window.krea2TestPanel = (id) => app.graph.getNodeById(Number(id))
         ?.widgets?.find((w) => w.name === "krea2_cache_stats")?.element;
       // How prompts ended, so a run that never reaches the panel fails fast.
@@ -55,13 +62,15 @@ try {
       for (const type of ["execution_success", "execution_error", "execution_interrupted"]) {
         api.addEventListener(type, ({ detail }) => window.krea2TestEnded.push(`${type} ${detail?.prompt_id}`));
       }
+      window.krea2TestStatsEvents = 0;
+      api.addEventListener(event, () => { window.krea2TestStatsEvents += 1; });
       api.addEventListener("status", ({ detail }) => { window.krea2TestQueued = detail?.exec_info?.queue_remaining; });
-    });
-    await page.waitForFunction(() => window.krea2TestApp.canvas && window.krea2TestApp.graph.nodes.length > 0,
-      null, { timeout: 120_000, polling: 250 });
+    }, EVENT);
+    await page.waitForFunction(() => window.krea2TestApp.canvas && window.krea2TestApp.graph.nodes.length > 0
+      && !!window.krea2TestApi.clientId, null, { timeout: 120_000, polling: 250 });
   };
   // What the node shows, read from the DOM the user sees; null when the node has no panel.
-  const readPanel = (nodeId) => page.evaluate((id) => {
+  const read = (nodeId) => page.evaluate((id) => {
     const panel = window.krea2TestPanel(id);
     if (!panel) return null;
     const box = panel.getBoundingClientRect();
@@ -72,53 +81,84 @@ try {
       cells: [...panel.querySelectorAll('[data-role="steps"] > [data-state]')].map((c) => c.dataset.state),
       visible: panel.isConnected && box.width > 0 && box.height > 0
         && getComputedStyle(panel).visibility !== "hidden",
+      client_id: window.krea2TestApi.clientId,
+      workflow_id: window.krea2TestApp.rootGraph.id,
+      stats_events: window.krea2TestStatsEvents,
     };
   }, nodeId);
-  // Until the node shows a run, or a prompt ends without it showing up.
-  const waitForRun = async (nodeId) => {
-    await page.waitForFunction(
-      (id) => !!window.krea2TestPanel(id)?.dataset.promptId || window.krea2TestEnded.length > 0,
-      nodeId, { timeout: RUN_TIMEOUT_MS, polling: 250 });
-    const shown = await readPanel(nodeId);
-    if (!shown?.prompt_id) {
-      const ended = await page.evaluate(() => window.krea2TestEnded);
-      throw new Error(`prompt ended (${ended}) but the node shows no stats: ${JSON.stringify(shown)}`);
-    }
-    // Screenshot an idle editor, not one still finishing the rest of the graph.
-    await page.waitForFunction(() => window.krea2TestEnded.length > 0 && window.krea2TestQueued === 0,
-      null, { timeout: RUN_TIMEOUT_MS, polling: 100 });
-    return shown;
-  };
-  const loadWorkflow = () => page.evaluate((graph) => window.krea2TestApp.loadGraphData(graph), workflow);
+  const load = (graph) => page.evaluate((g) => window.krea2TestApp.loadGraphData(g), graph);
+  const serialize = () => page.evaluate(() => window.krea2TestApp.rootGraph.serialize());
+  return { page, open, read, load, serialize };
+}
 
+try {
+  const a = editor(context.pages()[0] ?? (await context.newPage()), "A");
+  const b = editor(await context.newPage(), "B");
   const cacheNodeId = String(workflow.nodes.find((n) => n.type === "Krea2CacheDiT").id);
   result.cache_node_id = cacheNodeId;
 
-  await openEditor();
-  result.frontend_version = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? null);
-  await loadWorkflow();
-  result.before_run = await readPanel(cacheNodeId);
+  // Until A's node shows a run, or a prompt ends without it showing up.
+  const waitForRun = async () => {
+    await a.page.waitForFunction(
+      (id) => !!window.krea2TestPanel(id)?.dataset.promptId || window.krea2TestEnded.length > 0,
+      cacheNodeId, { timeout: RUN_TIMEOUT_MS, polling: 250 });
+    const shown = await a.read(cacheNodeId);
+    if (!shown?.prompt_id) {
+      const ended = await a.page.evaluate(() => window.krea2TestEnded);
+      throw new Error(`prompt ended (${ended}) but the node shows no stats: ${JSON.stringify(shown)}`);
+    }
+    // Screenshot an idle editor, not one still finishing the rest of the graph.
+    await a.page.waitForFunction(() => window.krea2TestEnded.length > 0 && window.krea2TestQueued === 0,
+      null, { timeout: RUN_TIMEOUT_MS, polling: 100 });
+    return shown;
+  };
 
-  // Queue through the public app API, like the Queue button does; the panel must then
-  // fill from the pack's websocket event alone (no reload).
+  await a.open();
+  result.frontend_version = await a.page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? null);
+  await a.load(workflow);
+  result.before_run = await a.read(cacheNodeId);
+  // B shows the very same workflow (same workflow id, same node ids): only the client differs.
+  await b.open();
+  await b.load(await a.serialize());
+  result.b_before_run = await b.read(cacheNodeId);
+
+  // Queue from A through the public app API, like the Queue button does; the panel must
+  // then fill from the pack's websocket event alone (no reload).
   const started = Date.now();
-  result.queued = await page.evaluate(() => window.krea2TestApp.queuePrompt(0));
-  result.live = await waitForRun(cacheNodeId);
+  result.queued = await a.page.evaluate(() => window.krea2TestApp.queuePrompt(0));
+  result.live = await waitForRun();
   result.run_seconds = (Date.now() - started) / 1000;
-  await page.evaluate(() => window.krea2TestApp.canvas.setDirty(true, true));
-  await page.waitForTimeout(500);
+  await a.page.evaluate(() => window.krea2TestApp.canvas.setDirty(true, true));
+  await a.page.waitForTimeout(500);
   result.screenshot = join(outDir, "browser_stats.png");
-  await page.screenshot({ path: result.screenshot });
+  await a.page.screenshot({ path: result.screenshot });
+  result.b_live = await b.read(cacheNodeId);
+  // Even if A's record reached B's editor, B must not show it.
+  const record = await a.page.evaluate(async () => {
+    const { runs } = await (await window.krea2TestApi.fetchApi("/krea2_cachedit/stats")).json();
+    return runs.at(-1);
+  });
+  await b.page.evaluate(([event, r]) => window.krea2TestApi.dispatchCustomEvent(event, r), [EVENT, record]);
+  result.b_after_foreign_event = await b.read(cacheNodeId);
 
-  // Page load: the restored workflow gets the same record from GET /krea2_cachedit/stats.
-  await openEditor();
-  await page.waitForFunction(([id, prompt]) => window.krea2TestPanel(id)?.dataset.promptId === prompt,
+  // Page load: A's restored workflow gets the same record from GET /krea2_cachedit/stats;
+  // B's restored workflow (the same one) does not: A queued it.
+  await a.open();
+  await a.page.waitForFunction(([id, prompt]) => window.krea2TestPanel(id)?.dataset.promptId === prompt,
     [cacheNodeId, result.live.prompt_id], { timeout: 15_000, polling: 250 }).catch(() => {});
-  result.after_reload = await readPanel(cacheNodeId);
+  result.after_reload = await a.read(cacheNodeId);
+  await b.open();
+  await b.page.waitForTimeout(1500); // the stats list and the client id are in: nothing should follow
+  result.b_after_reload = await b.read(cacheNodeId);
 
-  // Loading a workflow (even the same one) is a graph change: the stats clear.
-  await loadWorkflow();
-  result.after_new_graph = await readPanel(cacheNodeId);
+  // Loading a workflow (even the same one) is a graph change: the stats clear; and
+  // reloading that new workflow does not bring back the old workflow's record.
+  await a.load(workflow);
+  result.after_new_graph = await a.read(cacheNodeId);
+  await a.page.waitForTimeout(1500); // the frontend saves the open workflow for the reload
+  await a.open();
+  await a.page.waitForTimeout(1500);
+  result.after_new_graph_reload = await a.read(cacheNodeId);
 } catch (error) {
   result.error = String(error?.stack || error);
 } finally {
