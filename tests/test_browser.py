@@ -24,12 +24,15 @@ from pathlib import Path
 import pytest
 
 from comfy_harness import ComfyServer
-from krea2_prompts import TINY_CONTEXT_FEATURES, TINY_MODEL
+from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
 pytestmark = pytest.mark.browser
 
 BROWSER_DIR = Path(__file__).resolve().parent / "browser"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+EXAMPLES = Path(__file__).resolve().parents[1] / "example_workflows"
+# Values of the `preset` input the node had first: "auto" was its default, "turbo" replaced values.
+OLD_PRESETS_TESTED = ("auto", "turbo")
 STEPS = 8
 CACHE_NODE_ID = 5
 
@@ -113,16 +116,37 @@ def _quiet_first_run(server: ComfyServer):
         server.post(f"/settings/{setting}", value)
 
 
+def old_layout_workflows(presets=OLD_PRESETS_TESTED) -> tuple[dict, list]:
+    """The test workflow with the cache node saved as before it lost ``preset``, one per old preset.
+
+    Its values are the example workflow's (the current layout) with the old preset's value
+    inserted first, where the editor then stored it; also returns those current values.
+    """
+    example = json.loads((EXAMPLES / "krea2_turbo_cachedit.json").read_text())
+    current = next(n for n in example["nodes"] if n["type"] == "Krea2CacheDiT")["widgets_values"]
+    workflows = {}
+    for preset in presets:
+        workflow = ui_workflow(seed=1)
+        cache_node = next(n for n in workflow["nodes"] if n["type"] == "Krea2CacheDiT")
+        cache_node["widgets_values"] = [preset, *current]
+        workflows[preset] = workflow
+    return workflows, current
+
+
 def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
     _quiet_first_run(editor_server)
     workflow_path = tmp_path / "workflow.json"
     workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31))))
+    old_layouts, current_values = old_layout_workflows()
+    old_layout_path = tmp_path / "old_layout.json"
+    old_layout_path.write_text(json.dumps(old_layouts))
     ARTIFACTS.mkdir(exist_ok=True)
     known_prompts = {r["prompt_id"] for r in editor_server.get("/krea2_cachedit/stats")["runs"]}
 
     driver = subprocess.run(
-        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS)],
+        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS),
+         str(old_layout_path)],
         cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium),
         capture_output=True, text=True, timeout=900)
     result_path = ARTIFACTS / "result.json"
@@ -184,3 +208,17 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert reopened["workflow_id"] == cleared["workflow_id"] != record["workflow_id"], (reopened, cleared)
     assert reopened["client_id"] == record["client_id"]
     assert reopened["prompt_id"] == "" and reopened["cells"] == [], reopened
+
+    # A workflow saved while the node had `preset` first: the node shows, saves and runs the saved
+    # values in their places, without the preset and without the preset's old run-time values.
+    names = list(CACHE_NODE_DEFAULTS)
+    expected = dict(zip(names, current_values))
+    for preset in OLD_PRESETS_TESTED:
+        loaded = result["old_layout"][preset]
+        assert list(loaded["shown"]) == names, f"the node's widgets changed: {list(loaded['shown'])}"
+        assert loaded["shown"] == expected, (preset, loaded["shown"])
+        assert loaded["widgets_values"] == current_values, (preset, loaded["widgets_values"])
+        inputs = {k: v for k, v in loaded["prompt_inputs"].items() if k != "model"}
+        assert inputs == expected, (preset, inputs)
+        assert len(loaded["console_info"]) == 1 and f'dropped the old preset "{preset}"' in loaded["console_info"][0], (
+            loaded["console_info"])

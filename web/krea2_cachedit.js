@@ -1,7 +1,8 @@
 // Shows the cache stats of the last sampling run on each Krea2CacheDiT node.
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
-// node.addDOMWidget, api events and fetchApi), and every style is inline on our
+// node.addDOMWidget, api events and fetchApi; beforeRegisterNodeDef to read
+// workflows saved before the node lost its `preset` input), and every style is inline on our
 // own element, so a frontend update or another pack's CSS cannot break it and
 // it restyles nothing else. A DOM widget (rather than canvas drawing) renders in
 // both the classic canvas and the DOM-based "Nodes 2.0" renderer, and its text
@@ -13,6 +14,8 @@ const NODE_CLASS = "Krea2CacheDiT";
 const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280" };
+// The node's first input until it was removed; workflows saved before still carry its value.
+const OLD_PRESETS = ["auto", "turbo", "raw", "custom"];
 
 // Which Krea2CacheDiT node objects existed when each of this client's prompts
 // started, so a run's record lands only on the node it was computed for and never
@@ -111,6 +114,27 @@ function attachPanel(node) {
   widget.serialize = false;
 }
 
+// Workflows saved while the node had a `preset` input store its value first in
+// widgets_values, and the editor assigns those by position: "auto" would land in
+// steps_mask and every later value one widget off. Such a node gets its saved
+// values without the preset. What the preset did at run time is not carried over:
+// the node runs exactly the values it shows.
+function withoutOldPreset(node, info) {
+  const values = info?.widgets_values;
+  const saved = (node.widgets ?? []).filter((w) => w.serialize !== false).length;
+  if (!Array.isArray(values) || values.length !== saved + 1 || !OLD_PRESETS.includes(values[0])) return info;
+  const preset = values[0];
+  const replaced = preset === "custom" ? "" : " (it used to replace the values left at their defaults at run time)";
+  console.info(`[Krea-2 Cache-DiT] node ${info.id}: dropped the old preset "${preset}"${replaced}; ` +
+    "the node now runs exactly the values it shows.");
+  const migrated = { ...info, widgets_values: values.slice(1) };
+  if (info.widgets_values_named && "preset" in info.widgets_values_named) {
+    const { preset: _dropped, ...named } = info.widgets_values_named;
+    migrated.widgets_values_named = named;
+  }
+  return migrated;
+}
+
 // A record is this editor's when the prompt was queued by this client (the id the
 // server gave this tab's websocket; a reload keeps it) from the workflow shown now
 // (the editor's workflow id, sent with every prompt and kept across reloads).
@@ -149,6 +173,14 @@ function applyPageLoadRecords() {
 
 app.registerExtension({
   name: "Krea2.CacheDiT.Stats",
+
+  beforeRegisterNodeDef(nodeType, nodeData) {
+    if (nodeData?.name !== NODE_CLASS) return;
+    const configure = nodeType.prototype.configure;
+    nodeType.prototype.configure = function (info) {
+      return configure.call(this, withoutOldPreset(this, info));
+    };
+  },
 
   nodeCreated(node) {
     if (node.comfyClass === NODE_CLASS) attachPanel(node);

@@ -2,15 +2,19 @@
 // server show the same workflow; tab A queues it; report what the Krea2CacheDiT node
 // shows in each tab, live and after a reload (see tests/test_browser.py for the checks).
 //
-// usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir>
+// Then loads workflows saved while the node still had its `preset` input and reports
+// the values the node shows, saves and sends.
+//
+// usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir> <old-layout workflows.json>
 // writes <out dir>/result.json and <out dir>/browser_stats.png
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
-const [url, workflowPath, outDir] = process.argv.slice(2);
+const [url, workflowPath, outDir, oldLayoutPath] = process.argv.slice(2);
 const workflow = JSON.parse(readFileSync(workflowPath, "utf8"));
+const oldLayouts = JSON.parse(readFileSync(oldLayoutPath, "utf8")); // {preset: workflow}
 const chromiumPath = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const RUN_TIMEOUT_MS = Number(process.env.KREA2_BROWSER_RUN_TIMEOUT_MS || 240_000);
 const EVENT = "krea2_cachedit.stats";
@@ -159,6 +163,26 @@ try {
   await a.open();
   await a.page.waitForTimeout(1500);
   result.after_new_graph_reload = await a.read(cacheNodeId);
+
+  // Workflows in the layout from before the node lost `preset`: what the node shows (by widget
+  // name), saves (widgets_values) and sends (the prompt's inputs) after loading each.
+  result.old_layout = {};
+  for (const [preset, oldWorkflow] of Object.entries(oldLayouts)) {
+    const infoBefore = result.console_info.length;
+    await a.load(oldWorkflow);
+    result.old_layout[preset] = await a.page.evaluate(async (id) => {
+      const app = window.krea2TestApp;
+      const node = app.graph.getNodeById(Number(id));
+      const saved = node.widgets.filter((w) => w.serialize !== false);
+      const { output } = await app.graphToPrompt();
+      return {
+        shown: Object.fromEntries(saved.map((w) => [w.name, w.value])),
+        widgets_values: node.serialize().widgets_values,
+        prompt_inputs: output[id]?.inputs ?? null,
+      };
+    }, cacheNodeId);
+    result.old_layout[preset].console_info = result.console_info.slice(infoBefore);
+  }
 } catch (error) {
   result.error = String(error?.stack || error);
 } finally {
