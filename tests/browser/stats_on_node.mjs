@@ -6,7 +6,8 @@
 // the values the node shows, saves and sends.
 //
 // usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir> <old-layout workflows.json>
-// writes <out dir>/result.json and <out dir>/browser_stats.png
+// writes <out dir>/result.json, browser_stats.png (the editor after the run), and close-ups of
+// the node: browser_stats_node.png (classic canvas) and browser_stats_nodes2.png (Nodes 2.0)
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -85,14 +86,48 @@ function editor(page, name) {
       cells: [...panel.querySelectorAll('[data-role="steps"] > [data-state]')].map((c) => c.dataset.state),
       visible: panel.isConnected && box.width > 0 && box.height > 0
         && getComputedStyle(panel).visibility !== "hidden",
+      // Content taller than the panel would be cut off.
+      fits: panel.scrollHeight <= panel.clientHeight + 1,
+      chart: !!panel.querySelector('[data-role="chart"]'),
+      marks: [...panel.querySelectorAll('[data-role="chart"] [data-role="step"]')].map((mark) => ({
+        step: Number(mark.dataset.step),
+        state: mark.dataset.state,
+        diff: mark.dataset.diff === "" ? null : Number(mark.dataset.diff),
+        tooltip: mark.querySelector("title")?.textContent ?? "",
+        bar_top: mark.querySelector("rect:not([fill=transparent])")?.getAttribute("y") ?? null,
+      })),
+      threshold_line: (() => {
+        const line = panel.querySelector('[data-role="chart"] [data-role="threshold"]');
+        return line && { y: line.getAttribute("y1"), tooltip: line.querySelector("title")?.textContent ?? "" };
+      })(),
+      suggestions: [...panel.querySelectorAll('[data-role="suggestions"] > span')].map((s) => s.textContent),
+      time: panel.querySelector('[data-role="time"]')?.textContent ?? null,
       client_id: window.krea2TestApi.clientId,
       workflow_id: window.krea2TestApp.rootGraph.id,
       stats_events: window.krea2TestStatsEvents,
     };
   }, nodeId);
+  // The node on screen (title bar included), for a close-up screenshot.
+  const shoot = async (nodeId, path) => {
+    const box = await page.evaluate((id) => {
+      const app = window.krea2TestApp;
+      const vueNode = document.querySelector(`.lg-node[data-node-id="${id}"]`);  // Nodes 2.0 renders nodes as DOM
+      if (vueNode) return vueNode.getBoundingClientRect().toJSON();
+      const node = app.graph.getNodeById(Number(id));
+      const title = window.comfyAPI?.litegraph?.LiteGraph?.NODE_TITLE_HEIGHT ?? 30;
+      const canvas = app.canvas.canvas.getBoundingClientRect();
+      const { scale, offset } = app.canvas.ds;
+      return { x: canvas.x + (node.pos[0] + offset[0]) * scale, y: canvas.y + (node.pos[1] - title + offset[1]) * scale,
+        width: node.size[0] * scale, height: (node.size[1] + title) * scale };
+    }, nodeId);
+    const pad = 12;
+    await page.screenshot({ path, clip: { x: Math.max(0, box.x - pad), y: Math.max(0, box.y - pad),
+      width: box.width + 2 * pad, height: box.height + 2 * pad } });
+  };
+  const setting = (id, value) => page.evaluate(([i, v]) => window.krea2TestApi.storeSetting(i, v), [id, value]);
   const load = (graph) => page.evaluate((g) => window.krea2TestApp.loadGraphData(g), graph);
   const serialize = () => page.evaluate(() => window.krea2TestApp.rootGraph.serialize());
-  return { page, open, read, load, serialize };
+  return { page, open, read, load, serialize, shoot, setting };
 }
 
 try {
@@ -136,6 +171,7 @@ try {
   await a.page.waitForTimeout(500);
   result.screenshot = join(outDir, "browser_stats.png");
   await a.page.screenshot({ path: result.screenshot });
+  await a.shoot(cacheNodeId, join(outDir, "browser_stats_node.png"));
   result.b_live = await b.read(cacheNodeId);
   // Even if A's record reached B's editor, B must not show it.
   const record = await a.page.evaluate(async () => {
@@ -154,6 +190,21 @@ try {
   await b.open();
   await b.page.waitForTimeout(1500); // the stats list and the client id are in: nothing should follow
   result.b_after_reload = await b.read(cacheNodeId);
+
+  // The same panel in the DOM-based "Nodes 2.0" renderer (restored workflow, record from the route).
+  await a.setting("Comfy.VueNodes.Enabled", true);
+  try {
+    await a.open();
+    await a.page.waitForFunction(([id, prompt]) => window.krea2TestPanel(id)?.dataset.promptId === prompt,
+      [cacheNodeId, result.live.prompt_id], { timeout: 15_000, polling: 250 }).catch(() => {});
+    await a.page.waitForTimeout(500);
+    result.nodes2 = await a.read(cacheNodeId);
+    result.nodes2.vue_node = await a.page.evaluate((id) => !!document.querySelector(`.lg-node[data-node-id="${id}"]`),
+      cacheNodeId);
+    await a.shoot(cacheNodeId, join(outDir, "browser_stats_nodes2.png"));
+  } finally {
+    await a.setting("Comfy.VueNodes.Enabled", false);
+  }
 
   // Loading a workflow (even the same one) is a graph change: the stats clear; and
   // reloading that new workflow does not bring back the old workflow's record.
