@@ -54,6 +54,10 @@ class RunRecord:
     step_reasons: list            # per step: why it was computed or cached (warmup, mask, threshold, ...)
     streams: list                 # per stream and context: its diffs, cached steps and reasons
     threshold_suggestions: list   # [{"threshold", "range", "cached_steps"}], by threshold
+    # Who asked for the run, filled in where it is published: the client (websocket id) that
+    # queued the prompt and the id of the editor workflow it came from; None when unknown.
+    client_id: str | None = None
+    workflow_id: str | None = None
 
     @property
     def estimated_speedup(self) -> float:

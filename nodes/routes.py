@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from ..adapters.stats import RECENT_RUNS, RunRecord
@@ -28,12 +29,56 @@ def register():
 
 
 def publish(record: RunRecord):
-    """One log line, the record in the recent-runs list, and a websocket event for the web extension."""
+    """One log line, the record in the recent-runs list, and a websocket event for the editor that queued it.
+
+    Called on the thread that runs the prompt, while it runs: that is when ComfyUI knows who queued it.
+    """
     logger.info(record.log_line())
-    data = RECENT_RUNS.add(record)
     try:
         from server import PromptServer
 
-        PromptServer.instance.send_sync(STATS_EVENT, data)
+        server = PromptServer.instance
+    except Exception:  # no ComfyUI server (the pack's adapters used on their own)
+        server = None
+    if server is not None:
+        record = dataclasses.replace(record, **prompt_origin(server, record.prompt_id))
+    data = RECENT_RUNS.add(record)
+    # Only the client that queued the prompt: another editor (tab, user) may show a node with the same id.
+    # A prompt queued without a client id (an API script) has no editor to show it; the route still has it.
+    if server is None or not record.client_id:
+        return
+    try:
+        server.send_sync(STATS_EVENT, data, sid=record.client_id)
     except Exception as error:  # the stats must never fail a finished image
         logger.debug("Krea-2 Cache-DiT: could not send the stats event: %s", error)
+
+
+def prompt_origin(server, prompt_id: str) -> dict:
+    """The client that queued the running prompt, and the id of the editor workflow it was queued from."""
+    extra_data = _running_extra_data(server, prompt_id)
+    # ComfyUI sets server.client_id from the running prompt's extra_data when it starts it; the
+    # prompt's own extra_data comes first, the attribute covers a queue whose layout changed.
+    client_id = extra_data.get("client_id", getattr(server, "client_id", None))
+    pnginfo = extra_data.get("extra_pnginfo")
+    workflow = pnginfo.get("workflow") if isinstance(pnginfo, dict) else None
+    workflow_id = workflow.get("id") if isinstance(workflow, dict) else None
+    return {"client_id": client_id if isinstance(client_id, str) and client_id else None,
+            "workflow_id": workflow_id if isinstance(workflow_id, str) and workflow_id else None}
+
+
+def _running_extra_data(server, prompt_id: str) -> dict:
+    """The ``extra_data`` of the running prompt ``prompt_id`` ({} when not found)."""
+    queue = getattr(server, "prompt_queue", None)
+    current = getattr(queue, "get_current_queue_volatile", None) or getattr(queue, "get_current_queue", None)
+    if not prompt_id or current is None:
+        return {}
+    try:
+        running, _queued = current()
+    except Exception as error:
+        logger.debug("Krea-2 Cache-DiT: could not read the running prompt: %s", error)
+        return {}
+    # Queue items are (number, prompt_id, prompt, extra_data, outputs_to_execute, ...).
+    for item in running:
+        if isinstance(item, (tuple, list)) and len(item) > 3 and item[1] == prompt_id and isinstance(item[3], dict):
+            return item[3]
+    return {}

@@ -1,9 +1,12 @@
 """The stats panel on the Krea2CacheDiT node, in the real graph editor in headless Chromium.
 
-A real sampling run through the real ComfyUI server: the test loads a UI-format
-workflow into the editor, queues it, and checks that what the node displays
-matches what ``GET /krea2_cachedit/stats`` reports, then that it comes back on a
-page reload and clears when another workflow is loaded.
+A real sampling run through the real ComfyUI server: the test opens two editor tabs
+(two clients) on the same workflow, queues it from tab A, and checks that A's node
+shows what ``GET /krea2_cachedit/stats`` reports for that prompt (text, step strip,
+residual-diff chart, threshold suggestions, time estimate) while B's same-id node
+shows nothing, then that it comes back on A's reload (not on B's), also in the
+Nodes 2.0 renderer, and clears when another workflow is loaded. Last, workflows saved
+while the node still had its ``preset`` input load with every value in its place.
 
 Needs Chromium and ``npm ci`` in tests/browser (``tests/browser/setup.sh``).
 ``KREA2_FRONTEND_ROOT`` runs it against another frontend build (an unpacked
@@ -13,6 +16,7 @@ Needs Chromium and ``npm ci`` in tests/browser (``tests/browser/setup.sh``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -23,12 +27,18 @@ from pathlib import Path
 import pytest
 
 from comfy_harness import ComfyServer
-from krea2_prompts import TINY_CONTEXT_FEATURES, TINY_MODEL
+from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
 pytestmark = pytest.mark.browser
 
 BROWSER_DIR = Path(__file__).resolve().parent / "browser"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+EXAMPLES = Path(__file__).resolve().parents[1] / "example_workflows"
+# The random tiny model's residual changes are large (~0.7-1 per step after warmup): at this
+# threshold some steps cache and others don't, so the chart has both kinds of marks.
+RUN_CACHE = {"residual_diff_threshold": 0.9}
+# Values of the `preset` input the node had first: "auto" was its default, "turbo" replaced values.
+OLD_PRESETS_TESTED = ("auto", "turbo")
 STEPS = 8
 CACHE_NODE_ID = 5
 
@@ -50,12 +60,13 @@ def browser_tools() -> tuple[str, str]:
     return node, chromium
 
 
-def ui_workflow(seed: int) -> dict:
+def ui_workflow(seed: int, cache: dict | None = None) -> dict:
     """UNETLoader -> Krea2CacheDiT -> KSampler -> SaveLatent in the editor's own (UI) format.
 
-    The Krea2CacheDiT node keeps its defaults (no widgets_values), as a user's freshly
-    added node would. ``seed`` must be new to the server: ComfyUI would otherwise serve
-    the KSampler from its cache of an earlier test's identical graph, and nothing samples.
+    Without ``cache`` the Krea2CacheDiT node keeps its defaults (no widgets_values), as a
+    user's freshly added node would; ``cache`` sets some of its inputs. ``seed`` must be new
+    to the server: ComfyUI would otherwise serve the KSampler from its cache of an earlier
+    test's identical graph, and nothing samples.
     """
     def node(node_id, type_, pos, inputs=(), outputs=(), widgets=None):
         data = {"id": node_id, "type": type_, "pos": pos, "flags": {}, "order": node_id, "mode": 0,
@@ -75,7 +86,8 @@ def ui_workflow(seed: int) -> dict:
              widgets=[2, "fixed", 8, TINY_CONTEXT_FEATURES]),
         node(4, "EmptyLatentImage", [20, 560], outputs=[("LATENT", "LATENT", [5])], widgets=[64, 64, 1]),
         node(CACHE_NODE_ID, "Krea2CacheDiT", [380, 40], inputs=[("model", "MODEL", 1)],
-             outputs=[("MODEL", "MODEL", [2])]),
+             outputs=[("MODEL", "MODEL", [2])],
+             widgets=None if cache is None else list({**CACHE_NODE_DEFAULTS, **cache}.values())),
         node(6, "KSampler", [760, 40],
              inputs=[("model", "MODEL", 2), ("positive", "CONDITIONING", 3),
                      ("negative", "CONDITIONING", 4), ("latent_image", "LATENT", 5)],
@@ -112,16 +124,82 @@ def _quiet_first_run(server: ComfyServer):
         server.post(f"/settings/{setting}", value)
 
 
+def old_layout_workflows(presets=OLD_PRESETS_TESTED) -> tuple[dict, list]:
+    """The test workflow with the cache node saved as before it lost ``preset``, one per old preset.
+
+    Its values are the example workflow's (the current layout) with the old preset's value
+    inserted first, where the editor then stored it; also returns those current values.
+    """
+    example = json.loads((EXAMPLES / "krea2_turbo_cachedit.json").read_text())
+    current = next(n for n in example["nodes"] if n["type"] == "Krea2CacheDiT")["widgets_values"]
+    workflows = {}
+    for preset in presets:
+        workflow = ui_workflow(seed=1)
+        cache_node = next(n for n in workflow["nodes"] if n["type"] == "Krea2CacheDiT")
+        cache_node["widgets_values"] = [preset, *current]
+        workflows[preset] = workflow
+    return workflows, current
+
+
+def check_chart(shown: dict, record: dict):
+    """The residual-diff chart, suggestions and time estimate on the node match the run's record."""
+    steps = record["steps"]
+    assert shown["chart"], "no residual-diff chart"
+    marks = shown["marks"]
+    assert [m["step"] for m in marks] == list(range(steps)), "one mark per step, in order"
+    assert [m["state"] for m in marks] == record["step_states"]
+    assert [m["step"] for m in marks if m["state"] == "cached"] == record["cached_steps"]
+    assert record["cached_steps"], f"this run cached nothing; the chart's cached marks go untested: {record}"
+    assert [m["diff"] for m in marks] == record["residual_diffs"]
+    threshold = record["settings"]["residual_diff_threshold"]
+    line = shown["threshold_line"]
+    assert line is not None and f"threshold {threshold:g}" in line["tooltip"], line
+    for mark, diff, reason in zip(marks, record["residual_diffs"], record["step_reasons"]):
+        tooltip = mark["tooltip"]
+        assert f"step {mark['step']}" in tooltip and mark["state"] in tooltip and f"reason: {reason}" in tooltip, tooltip
+        if diff is None:
+            assert "diff not measured" in tooltip, tooltip
+            continue
+        assert re.search(r"diff ([\d.]+)", tooltip) and abs(float(re.search(r"diff ([\d.]+)", tooltip)[1]) - diff) <= (
+            0.006 if diff >= 1 else 0.051 * diff), (tooltip, diff)
+        # On the chart, a bar reaches above the threshold line exactly when its diff is above the threshold
+        # (y grows downwards).
+        if abs(diff - threshold) > 1e-3 * threshold:
+            assert (float(mark["bar_top"]) < float(line["y"])) == (diff > threshold), (mark, line, diff, threshold)
+
+    # Suggestions: at most three thresholds of the record that cache a different number of steps, the
+    # ones nearest the current threshold (log scale), listed by threshold.
+    other = [s for s in record["threshold_suggestions"] if len(s["cached_steps"]) != len(record["cached_steps"])]
+    shown_pairs = []
+    for text in shown["suggestions"]:
+        match = re.fullmatch(r"([\d.]+) → (\d+) cached", text)
+        assert match, text
+        shown_pairs.append((float(match[1]), int(match[2])))
+    assert len(shown_pairs) == min(3, len(other)) and shown_pairs == sorted(shown_pairs), (shown_pairs, other)
+    nearest = sorted(other, key=lambda s: abs(math.log(s["threshold"] / threshold)))[:3]
+    assert sorted(shown_pairs) == sorted((s["threshold"], len(s["cached_steps"])) for s in nearest), (shown_pairs, nearest)
+
+    time = re.fullmatch(r"Time: ~([\d.]+)x, ([\d.]+) s (saved|lost) \(estimated\)", shown["time"] or "")
+    assert time, shown["time"]
+    saved = record["estimated_uncached_s"] - record["duration_s"]
+    assert abs(float(time[1]) - record["estimated_speedup"]) <= 0.051, (time[0], record["estimated_speedup"])
+    assert abs(float(time[2]) - abs(saved)) <= 0.051 and (time[3] == "saved") == (saved >= 0), (time[0], saved)
+
+
 def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
     _quiet_first_run(editor_server)
     workflow_path = tmp_path / "workflow.json"
-    workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31))))
+    workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), cache=RUN_CACHE)))
+    old_layouts, current_values = old_layout_workflows()
+    old_layout_path = tmp_path / "old_layout.json"
+    old_layout_path.write_text(json.dumps(old_layouts))
     ARTIFACTS.mkdir(exist_ok=True)
     known_prompts = {r["prompt_id"] for r in editor_server.get("/krea2_cachedit/stats")["runs"]}
 
     driver = subprocess.run(
-        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS)],
+        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS),
+         str(old_layout_path)],
         cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium),
         capture_output=True, text=True, timeout=900)
     result_path = ARTIFACTS / "result.json"
@@ -146,6 +224,8 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     record = runs[0]
     assert record["node_id"] == str(CACHE_NODE_ID) and record["steps"] == STEPS
     live = result["live"]
+    assert (record["client_id"], record["workflow_id"]) == (live["client_id"], live["workflow_id"]), (
+        "the record names the tab that queued the prompt and its workflow")
     assert live["visible"], "the stats panel is not visible on the canvas"
     assert (live["prompt_id"], live["node_id"]) == (record["prompt_id"], record["node_id"])
     assert live["cells"] == record["step_states"]
@@ -158,11 +238,47 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     separate = "on" if record["has_separate_cfg"] else "off"
     assert f"CFG: {record['cfg_mode']} · separate CFG: {separate}" in text, text
     assert ARTIFACTS.joinpath("browser_stats.png").stat().st_size > 10_000
+    assert live["fits"], "the panel cuts its content off"
+    check_chart(live, record)
 
-    # Reopening the editor restores the workflow and the stats, from the route this time.
+    # Tab B shows the same workflow (same workflow id, same node id) in another client: A's run is
+    # not B's. The server sends B nothing, and B's editor ignores A's record if it gets one.
+    for state in ("b_before_run", "b_live", "b_after_foreign_event", "b_after_reload"):
+        shown = result[state]
+        assert shown["client_id"] != record["client_id"], (state, shown)
+        assert (shown["workflow_id"], shown["prompt_id"], shown["cells"]) == (record["workflow_id"], "", []), (
+            state, shown)
+    assert result["b_live"]["stats_events"] == 0, "the stats event went to a client that did not queue the prompt"
+
+    # Reopening tab A restores the workflow and the stats, from the route this time.
     reloaded = result["after_reload"]
+    assert reloaded["client_id"] == record["client_id"], "a reload keeps the tab's client id"
     assert (reloaded["prompt_id"], reloaded["cells"]) == (record["prompt_id"], record["step_states"])
     assert reloaded["text"] == text
-    # Loading a workflow is a graph change: no stale numbers on the new graph's node.
+    # The DOM-based "Nodes 2.0" renderer shows the same panel, chart included, uncut.
+    nodes2 = result["nodes2"]
+    assert nodes2["vue_node"], "the editor did not switch to Nodes 2.0"
+    assert nodes2["visible"] and nodes2["fits"] and nodes2["prompt_id"] == record["prompt_id"], nodes2
+    check_chart(nodes2, record)
+    # Loading a workflow (even the same one) is a graph change: no stale numbers on the new graph's node,
+    # nor when the editor reopens with that new workflow.
     cleared = result["after_new_graph"]
     assert cleared["prompt_id"] == "" and cleared["cells"] == [] and "/" not in cleared["text"]
+    reopened = result["after_new_graph_reload"]
+    assert reopened["workflow_id"] == cleared["workflow_id"] != record["workflow_id"], (reopened, cleared)
+    assert reopened["client_id"] == record["client_id"]
+    assert reopened["prompt_id"] == "" and reopened["cells"] == [], reopened
+
+    # A workflow saved while the node had `preset` first: the node shows, saves and runs the saved
+    # values in their places, without the preset and without the preset's old run-time values.
+    names = list(CACHE_NODE_DEFAULTS)
+    expected = dict(zip(names, current_values))
+    for preset in OLD_PRESETS_TESTED:
+        loaded = result["old_layout"][preset]
+        assert list(loaded["shown"]) == names, f"the node's widgets changed: {list(loaded['shown'])}"
+        assert loaded["shown"] == expected, (preset, loaded["shown"])
+        assert loaded["widgets_values"] == current_values, (preset, loaded["widgets_values"])
+        inputs = {k: v for k, v in loaded["prompt_inputs"].items() if k != "model"}
+        assert inputs == expected, (preset, inputs)
+        assert len(loaded["console_info"]) == 1 and f'dropped the old preset "{preset}"' in loaded["console_info"][0], (
+            loaded["console_info"])

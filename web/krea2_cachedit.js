@@ -1,11 +1,13 @@
 // Shows the cache stats of the last sampling run on each Krea2CacheDiT node.
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
-// node.addDOMWidget, api events and fetchApi), and every style is inline on our
-// own element, so a frontend update or another pack's CSS cannot break it and
-// it restyles nothing else. A DOM widget (rather than canvas drawing) renders in
-// both the classic canvas and the DOM-based "Nodes 2.0" renderer, and its text
-// is real DOM that tests and screen readers can read.
+// node.addDOMWidget, api events and fetchApi; beforeRegisterNodeDef to read
+// workflows saved before the node lost its `preset` input), and every style is
+// inline on our own element, so a frontend update or another pack's CSS cannot
+// break it and it restyles nothing else. A DOM widget (rather than canvas
+// drawing; the chart is inline SVG inside it) renders in both the classic canvas
+// and the DOM-based "Nodes 2.0" renderer, and its text is real DOM that tests and
+// screen readers can read.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
@@ -13,14 +15,16 @@ const NODE_CLASS = "Krea2CacheDiT";
 const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280" };
+// The node's first input until it was removed; workflows saved before still carry its value.
+const OLD_PRESETS = ["auto", "turbo", "raw", "custom"];
 
-// Which Krea2CacheDiT node objects existed when each prompt started, so a run's
-// record lands only on the node it was computed for and never on a same-id node
-// of a workflow loaded (or cleared and rebuilt) meanwhile.
+// Which Krea2CacheDiT node objects existed when each of this client's prompts
+// started, so a run's record lands only on the node it was computed for and never
+// on a same-id node of a workflow loaded (or cleared and rebuilt) meanwhile.
 const runTargets = new Map();
-// The last record per node id from GET /krea2_cachedit/stats: shown on the first
-// graph the editor opens (the restored workflow), dropped on any later graph.
-let pageLoadRecords = new Map();
+// GET /krea2_cachedit/stats lists every client's runs: on page load, this client's
+// runs of the restored workflow are shown on it once, and never on a later graph.
+const pageLoad = { runs: null, done: false };
 let graphsConfigured = 0;
 
 function cacheNodes() {
@@ -45,6 +49,166 @@ function el(tag, style, text) {
 }
 
 const pct = (share) => `${(share * 100).toFixed(1)}%`;
+const SVG_NS = "http://www.w3.org/2000/svg";
+const LINE = 16; // px, the panel's line height
+const PANEL_PADDING = 8;
+const EMPTY_HEIGHT = 96;
+const CHART = { height: 64, gutter: 30, threshold: "#f0f0f0" };
+// Why a step was computed or cached, as the record names it.
+const REASONS = {
+  warmup: "warmup step",
+  mask: "step mask",
+  threshold: "residual diff vs threshold",
+  threshold_off: "threshold 0: no threshold caching",
+  max_continuous: "max continuous cached steps reached",
+  max_cached: "max cached steps reached",
+  fresh_context: "fresh cache (call layout changed)",
+  no_reference: "no computed step to compare with",
+};
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs)) e.setAttribute(name, value);
+  return e;
+}
+
+// Thresholds and diffs span ~0.001 to ~2: 2 significant digits (2 decimals from 1 up), no exponent.
+function num(value) {
+  if (value >= 1) return value.toFixed(2);
+  return Number(value.toPrecision(2)).toString();
+}
+
+const decadeLabel = (value) => Number(value.toPrecision(1)).toString();
+
+const seconds = (s) => (Math.abs(s) < 10 ? `${s.toFixed(1)} s` : `${Math.round(s)} s`);
+
+// The panel grows with its content; each row knows its height, so the node can be
+// sized before the browser lays the panel out (it may be off screen).
+function rows(panel) {
+  let height = PANEL_PADDING;
+  return {
+    add(element, rowHeight) {
+      panel.append(element);
+      height += rowHeight;
+    },
+    get height() { return height; },
+  };
+}
+
+// Log scale from just above the largest diff (or threshold) down to the decade below
+// the smallest, at least one decade, so a 0.002 and a 1.5 both read and close values
+// stay apart; y is 0 (top) to 100 (bottom) in the chart's viewBox.
+function logScale(values) {
+  const positive = values.filter((v) => Number.isFinite(v) && v > 0);
+  if (!positive.length) return null;
+  const top = Math.log10(Math.max(...positive) * 1.25);
+  const bottom = Math.min(Math.floor(Math.log10(Math.min(...positive))), Math.floor(top) - 1);
+  const y = (v) => {
+    const clamped = Math.min(Math.max(Math.log10(Math.max(v, 1e-12)), bottom), top);
+    return 100 * (top - clamped) / (top - bottom);
+  };
+  const decades = [];
+  for (let d = Math.ceil(bottom); d <= Math.floor(top); d += 1) decades.push(10 ** d);
+  return { y, decades };
+}
+
+function stepTooltip(record, step) {
+  const diff = record.residual_diffs[step];
+  const state = record.step_states[step] ?? "computed";
+  const reason = record.step_reasons?.[step];
+  return [`step ${step}`, `diff ${diff == null ? "not measured" : num(diff)}`, state,
+    reason ? `reason: ${reason}${REASONS[reason] ? ` (${REASONS[reason]})` : ""}` : null]
+    .filter(Boolean).join(" · ");
+}
+
+// Residual diff per step as bars on a log scale, the threshold as a line, bars
+// coloured by what the step did; every bar (and every unmeasured step) has a tooltip.
+function diffChart(record) {
+  const diffs = record.residual_diffs;
+  const threshold = record.settings?.residual_diff_threshold;
+  const scale = logScale([...diffs, threshold > 0 ? threshold : NaN]);
+  const box = el("div", { position: "relative", height: `${CHART.height}px`, margin: "2px 0 0",
+    paddingLeft: `${CHART.gutter}px`, boxSizing: "border-box" });
+  box.dataset.role = "chart";
+  if (!scale) {
+    box.append(el("div", { opacity: "0.6", fontSize: "10px" }, "no residual diffs measured"));
+    return box;
+  }
+  const width = diffs.length * 10;
+  const plot = svg("svg", { viewBox: `0 0 ${width} 100`, preserveAspectRatio: "none", width: "100%", height: "100%" });
+  plot.style.display = "block";
+  plot.style.overflow = "visible";
+  // Centred on its line, but kept inside the chart.
+  const label = (text, y, style = {}) => box.append(el("span", { position: "absolute", left: "0",
+    width: `${CHART.gutter - 4}px`, textAlign: "right", font: "9px/12px sans-serif",
+    top: `clamp(0px, calc(${y}% - 6px), calc(100% - 12px))`,
+    opacity: "0.7", ...style }, text));
+  const thresholdY = threshold > 0 ? scale.y(threshold) : null;
+  const labelClearance = 100 * 11 / CHART.height; // a label's height, in the chart's y units
+  for (const decade of scale.decades) {
+    const y = scale.y(decade);
+    plot.append(svg("line", { x1: 0, x2: width, y1: y, y2: y, stroke: "currentColor", "stroke-opacity": 0.15,
+      "vector-effect": "non-scaling-stroke" }));
+    if (thresholdY === null || Math.abs(y - thresholdY) >= labelClearance) label(decadeLabel(decade), y);
+  }
+  diffs.forEach((diff, step) => {
+    const state = record.step_states[step] ?? "computed";
+    const mark = svg("g", { "data-step": step, "data-state": state, "data-diff": diff ?? "" });
+    mark.dataset.role = "step";
+    mark.append(svg("title", {}));
+    mark.firstChild.textContent = stepTooltip(record, step);
+    // The whole column answers the pointer, not just the (maybe tiny) bar.
+    mark.append(svg("rect", { x: step * 10, y: 0, width: 10, height: 100, fill: "transparent" }));
+    const color = STATE_COLORS[state] ?? STATE_COLORS.computed;
+    if (diff == null) {  // not measured (e.g. the first step): a hollow stub at the bottom
+      mark.append(svg("rect", { x: step * 10 + 2, y: 92, width: 6, height: 8, fill: "none", stroke: color,
+        "vector-effect": "non-scaling-stroke" }));
+    } else {
+      const top = scale.y(diff);
+      mark.append(svg("rect", { x: step * 10 + 1.5, y: top, width: 7, height: Math.max(100 - top, 1.5), fill: color }));
+    }
+    plot.append(mark);
+  });
+  if (thresholdY !== null) {
+    const y = thresholdY;
+    const line = svg("line", { x1: 0, x2: width, y1: y, y2: y, stroke: CHART.threshold, "stroke-width": 1.5,
+      "vector-effect": "non-scaling-stroke" });
+    line.dataset.role = "threshold";
+    line.append(svg("title", {}));
+    line.firstChild.textContent = `threshold ${num(threshold)}`;
+    plot.append(line);
+    label(num(threshold), y, { opacity: "1", color: CHART.threshold, fontWeight: "bold" });
+  }
+  const plotArea = el("div", { height: "100%", color: "var(--input-text, #ddd)" });
+  plotArea.append(plot);
+  box.append(plotArea);
+  return box;
+}
+
+// At most three thresholds that would have cached a different number of steps,
+// those nearest the current threshold (the next nudge either way), listed low to high.
+function suggestionText(record) {
+  const current = record.settings?.residual_diff_threshold;
+  const cachedNow = record.cached_steps.length;
+  const byCount = new Map();
+  for (const s of record.threshold_suggestions ?? []) {
+    const count = s.cached_steps?.length ?? 0;
+    if (count === cachedNow || !(s.threshold > 0)) continue;
+    const distance = current > 0 ? Math.abs(Math.log(s.threshold / current)) : s.threshold;
+    if (!byCount.has(count) || distance < byCount.get(count).distance) byCount.set(count, { ...s, count, distance });
+  }
+  const picked = [...byCount.values()].sort((a, b) => a.distance - b.distance).slice(0, 3)
+    .sort((a, b) => a.threshold - b.threshold);
+  return picked.map((s) => `${num(s.threshold)} → ${s.count} cached`);
+}
+
+// Wall-clock of this run against the pack's estimate of it uncached (from its own call timings).
+function timeText(record) {
+  if (!(record.duration_s > 0) || !(record.estimated_uncached_s > 0)) return null;
+  const saved = record.estimated_uncached_s - record.duration_s;
+  const speedup = record.estimated_speedup ?? record.estimated_uncached_s / record.duration_s;
+  return `Time: ~${speedup.toFixed(1)}x, ${seconds(Math.abs(saved))} ${saved >= 0 ? "saved" : "lost"} (estimated)`;
+}
 
 function render(panel, record) {
   panel.replaceChildren();
@@ -52,16 +216,22 @@ function render(panel, record) {
   panel.dataset.nodeId = record?.node_id ?? "";
   if (!record) {
     panel.append(el("div", { opacity: "0.6" }, "Cache stats appear here after a run."));
-    return;
+    return EMPTY_HEIGHT;
   }
+  const out = rows(panel);
   const steps = record.steps;
   const partial = record.partial_steps?.length ? ` (+${record.partial_steps.length} partial)` : "";
-  panel.append(
-    el("div", {}, `Cached steps: ${record.cached_steps.length}/${steps}${partial}`),
-    el("div", {}, `Block evals saved: ${pct(record.blocks_saved)} ` +
-      `(${record.block_evals}/${record.block_evals_uncached} run)`),
-    el("div", {}, `CFG: ${record.cfg_mode} · separate CFG: ${record.has_separate_cfg ? "on" : "off"}`),
-  );
+  out.add(el("div", {}, `Cached steps: ${record.cached_steps.length}/${steps}${partial}`), LINE);
+  out.add(el("div", {}, `Block evals saved: ${pct(record.blocks_saved)} ` +
+    `(${record.block_evals}/${record.block_evals_uncached} run)`), LINE);
+  const time = timeText(record);
+  if (time) {
+    const line = el("div", {}, time);
+    line.dataset.role = "time";
+    line.title = "this run's wall-clock against an estimate of the same run uncached";
+    out.add(line, LINE);
+  }
+  out.add(el("div", {}, `CFG: ${record.cfg_mode} · separate CFG: ${record.has_separate_cfg ? "on" : "off"}`), LINE);
 
   const strip = el("div", { display: "flex", gap: "2px", margin: "4px 0 2px", height: "12px" });
   strip.dataset.role = "steps";
@@ -69,58 +239,148 @@ function render(panel, record) {
     const cell = el("div", { flex: "1", minWidth: "2px", borderRadius: "2px",
       background: STATE_COLORS[state] ?? STATE_COLORS.computed });
     cell.dataset.state = state;
-    cell.title = `step ${i}: ${state}`;
+    const reason = record.step_reasons?.[i];
+    cell.title = `step ${i}: ${state}${reason ? ` (${reason})` : ""}`;
     strip.append(cell);
   });
-  panel.append(strip);
+  out.add(strip, 18);
 
   const legend = el("div", { fontSize: "10px", opacity: "0.8" });
   for (const state of ["cached", "partial", "computed"]) {
     legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${state} `));
   }
-  panel.append(legend);
+  const chart = Array.isArray(record.residual_diffs) && record.residual_diffs.length > 0;
+  if (chart) legend.append(el("span", { color: CHART.threshold }, "━"), el("span", {}, " threshold"));
+  out.add(legend, LINE);
+
+  if (chart) {
+    const caption = el("div", { fontSize: "10px", lineHeight: "12px", opacity: "0.8", marginTop: "2px" },
+      "Residual diff per step vs threshold (log scale)");
+    out.add(caption, 14);
+    out.add(diffChart(record), CHART.height + 2);
+    const suggestions = suggestionText(record);
+    if (suggestions.length) {
+      out.add(el("div", { fontSize: "10px", lineHeight: "12px", opacity: "0.8", marginTop: "2px" },
+        "Try threshold → steps this run would have cached:"), 14);
+      const line = el("div", { display: "grid", gridTemplateColumns: "repeat(3, 1fr)", gap: "4px",
+        fontSize: "11px", whiteSpace: "nowrap" });
+      line.dataset.role = "suggestions";
+      for (const text of suggestions) line.append(el("span", { overflow: "hidden", textOverflow: "ellipsis" }, text));
+      out.add(line, LINE);
+    }
+  }
 
   if (record.warnings?.length) {
     const more = record.warnings.length > 1 ? ` (+${record.warnings.length - 1} more)` : "";
     const warn = el("div", { color: "#e0a040", whiteSpace: "nowrap", overflow: "hidden",
       textOverflow: "ellipsis" }, `⚠ ${record.warnings[0]}${more}`);
     warn.title = record.warnings.join("\n");
-    panel.append(warn);
+    out.add(warn, LINE);
   }
+  return out.height;
 }
+
+const panelHeights = new WeakMap();
 
 function show(node, record) {
   const widget = node.widgets?.find((w) => w.name === WIDGET);
   if (!widget) return;
-  render(widget.element, record);
+  panelHeights.set(widget.element, render(widget.element, record));
+  growToFit(node);
   node.setDirtyCanvas?.(true, true);
+}
+
+// Taller content needs a taller node; never shrink one the user made larger.
+function growToFit(node) {
+  const needed = node.computeSize?.();
+  if (!needed) return;
+  const [width, height] = node.size;
+  if (height < needed[1] || width < needed[0]) node.setSize([Math.max(width, needed[0]), Math.max(height, needed[1])]);
 }
 
 function attachPanel(node) {
   const panel = el("div", {
     // flex: keep our height where a renderer stretches widget elements (Nodes 2.0).
     boxSizing: "border-box", padding: "4px 6px", overflow: "hidden", flex: "0 0 auto",
-    font: "12px/16px sans-serif", color: "var(--input-text, #ddd)",
+    font: `12px/${LINE}px sans-serif`, color: "var(--input-text, #ddd)",
     background: "var(--comfy-input-bg, #222)", borderRadius: "6px",
   });
-  render(panel, null);
+  panelHeights.set(panel, render(panel, null));
   const widget = node.addDOMWidget(WIDGET, "krea2_cache_stats", panel, {
     serialize: false, // display only: keeps it out of saved workflows and prompts
-    getMinHeight: () => 104,
+    // The renderer gives the element this height less the widget's margin on both sides.
+    getMinHeight: () => (panelHeights.get(panel) ?? EMPTY_HEIGHT) + 2 * (widget.margin ?? 4),
   });
   widget.serialize = false;
 }
 
+// Workflows saved while the node had a `preset` input store its value first in
+// widgets_values, and the editor assigns those by position: "auto" would land in
+// steps_mask and every later value one widget off. Such a node gets its saved
+// values without the preset. What the preset did at run time is not carried over:
+// the node runs exactly the values it shows.
+function withoutOldPreset(node, info) {
+  const values = info?.widgets_values;
+  const saved = (node.widgets ?? []).filter((w) => w.serialize !== false).length;
+  if (!Array.isArray(values) || values.length !== saved + 1 || !OLD_PRESETS.includes(values[0])) return info;
+  const preset = values[0];
+  const replaced = preset === "custom" ? "" : " (it used to replace the values left at their defaults at run time)";
+  console.info(`[Krea-2 Cache-DiT] node ${info.id}: dropped the old preset "${preset}"${replaced}; ` +
+    "the node now runs exactly the values it shows.");
+  const migrated = { ...info, widgets_values: values.slice(1) };
+  if (info.widgets_values_named && "preset" in info.widgets_values_named) {
+    const { preset: _dropped, ...named } = info.widgets_values_named;
+    migrated.widgets_values_named = named;
+  }
+  return migrated;
+}
+
+// A record is this editor's when the prompt was queued by this client (the id the
+// server gave this tab's websocket; a reload keeps it) from the workflow shown now
+// (the editor's workflow id, sent with every prompt and kept across reloads).
+const fromThisClient = (record) => !!record.client_id && record.client_id === api.clientId;
+const workflowId = () => (app.rootGraph ?? app.graph)?.id ?? null;
+const fromThisWorkflow = (record) => !!record.workflow_id && record.workflow_id === workflowId();
+
 function onRecord(record) {
-  const started = runTargets.get(record.prompt_id);
+  if (!fromThisClient(record)) return;
   const node = cacheNodes().get(record.node_id);
-  // A prompt seen starting must still target the very same node object; one that
-  // started before this page connected can only be matched by id.
-  if (node && (!started || started.get(record.node_id) === node)) show(node, record);
+  if (!node) return;
+  const started = runTargets.get(record.prompt_id);
+  // Seen starting: the very same node object, of the workflow it was queued from
+  // (a record without a workflow id came from a prompt queued outside the editor).
+  // Started before this page connected (reloaded mid-run): the restored workflow.
+  const ours = started
+    ? started.get(record.node_id) === node && (!record.workflow_id || fromThisWorkflow(record))
+    : fromThisWorkflow(record);
+  if (ours) show(node, record);
+}
+
+function applyPageLoadRecords() {
+  // Needs the list, the restored graph and this tab's client id (sent with the socket's first status).
+  if (pageLoad.done || !pageLoad.runs || graphsConfigured !== 1 || !api.clientId) return;
+  pageLoad.done = true;
+  const latest = new Map();
+  for (const record of pageLoad.runs) {
+    if (fromThisClient(record) && fromThisWorkflow(record)) latest.set(record.node_id, record);
+  }
+  for (const [id, node] of cacheNodes()) {
+    const panel = node.widgets?.find((w) => w.name === WIDGET)?.element;
+    // A live record that arrived meanwhile is newer than the list.
+    if (latest.has(id) && !panel?.dataset.promptId) show(node, latest.get(id));
+  }
 }
 
 app.registerExtension({
   name: "Krea2.CacheDiT.Stats",
+
+  beforeRegisterNodeDef(nodeType, nodeData) {
+    if (nodeData?.name !== NODE_CLASS) return;
+    const configure = nodeType.prototype.configure;
+    nodeType.prototype.configure = function (info) {
+      return configure.call(this, withoutOldPreset(this, info));
+    };
+  },
 
   nodeCreated(node) {
     if (node.comfyClass === NODE_CLASS) attachPanel(node);
@@ -128,33 +388,28 @@ app.registerExtension({
 
   setup() {
     api.addEventListener("execution_start", ({ detail }) => {
+      // Sent only to the client that queued the prompt.
       runTargets.set(detail.prompt_id, cacheNodes());
       if (runTargets.size > 32) runTargets.delete(runTargets.keys().next().value);
     });
     api.addEventListener(EVENT, ({ detail }) => onRecord(detail));
+    api.addEventListener("status", applyPageLoadRecords);
     api.fetchApi("/krea2_cachedit/stats")
       .then((response) => (response.ok ? response.json() : { runs: [] }))
       .then(({ runs }) => {
-        for (const record of runs ?? []) pageLoadRecords?.set(record.node_id, record);
-        if (graphsConfigured === 1) applyPageLoadRecords();
+        pageLoad.runs = runs ?? [];
+        applyPageLoadRecords();
       })
       .catch((error) => console.warn("[Krea-2 Cache-DiT] could not load stats:", error));
   },
 
   beforeConfigureGraph() {
     // Any graph after the restored one is a different workflow: old stats don't apply.
-    if (graphsConfigured >= 1) pageLoadRecords = null;
+    if (graphsConfigured >= 1) pageLoad.done = true;
   },
 
   afterConfigureGraph() {
     graphsConfigured += 1;
-    if (graphsConfigured === 1) applyPageLoadRecords();
+    applyPageLoadRecords();
   },
 });
-
-function applyPageLoadRecords() {
-  if (!pageLoadRecords) return;
-  for (const [id, node] of cacheNodes()) {
-    if (pageLoadRecords.has(id)) show(node, pageLoadRecords.get(id));
-  }
-}
