@@ -15,8 +15,9 @@ import torch
 from safetensors.torch import save_file
 
 from comfy_harness import prompt_error
+from comfy_models import make_lora
 from krea2_prompts import TINY_MODEL, krea2_prompt
-from krea2_cachedit.adapters.synthetic import Krea2Shape, diffusers_transformer, native_state_dict
+from krea2_cachedit.adapters.synthetic import diffusers_transformer, native_state_dict
 
 pytestmark = pytest.mark.comfyui
 
@@ -62,22 +63,6 @@ def models(comfy_server, tiny_shape):
     save_file(make_lora(tiny_shape, native_names=True), str(loras / NATIVE_LORA))
     save_file(make_lora(tiny_shape, native_names=False), str(loras / DIFFUSERS_LORA))
     return root
-
-
-def make_lora(shape: Krea2Shape, native_names: bool, rank: int = 4) -> dict[str, torch.Tensor]:
-    """A rank-``rank`` LoRA on every block's q projection and MLP down projection, large enough to matter."""
-    generator = torch.Generator().manual_seed(11)
-    hidden = native_state_dict(shape)["blocks.0.mlp.down.weight"].shape[1]
-    targets = {"attn.wq": ("attn.to_q", shape.features, shape.features),
-               "mlp.down": ("ff.down", shape.features, hidden)}
-    lora = {}
-    for block in range(shape.layers):
-        for native, (diffusers, rows, cols) in targets.items():
-            name = (f"diffusion_model.blocks.{block}.{native}" if native_names
-                    else f"transformer.transformer_blocks.{block}.{diffusers}")
-            lora[f"{name}.lora_A.weight"] = torch.randn(rank, cols, generator=generator) * 0.3
-            lora[f"{name}.lora_B.weight"] = torch.randn(rows, rank, generator=generator) * 0.3
-    return lora
 
 
 def loader(model_name: str, weight_dtype: str = "default") -> dict:

@@ -1,6 +1,8 @@
 """Test-only ComfyUI nodes, loaded only by the test servers.
 
 - ``Krea2TestConditioning``: seeded-random conditioning in place of the Krea-2 text encoder;
+- ``Krea2TestLatent``: a seeded-random 16-channel latent (Krea-2's Wan 2.1 latent space), e.g. as
+  an edit reference without a VAE;
 - ``Krea2TestAttentionProbe``: real attention patches (``attn1_patch``, ``attn1_output_patch``)
   that record the block index and block count each block reports, and can scale one block's
   attention output, as patches that act on chosen blocks do.
@@ -31,6 +33,24 @@ class Krea2TestConditioning:
         generator = torch.Generator().manual_seed(seed)
         context = torch.randn((1, tokens, features), generator=generator)
         return ([[context, {}]],)
+
+
+class Krea2TestLatent:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("LATENT",)
+    FUNCTION = "make"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {
+            "seed": ("INT", {"default": 0, "min": 0, "max": 2**31}),
+            "width": ("INT", {"default": 64, "min": 16, "max": 4096, "step": 16}),
+            "height": ("INT", {"default": 64, "min": 16, "max": 4096, "step": 16}),
+        }}
+
+    def make(self, seed, width, height):
+        generator = torch.Generator().manual_seed(seed)
+        return ({"samples": torch.randn((1, 16, height // 8, width // 8), generator=generator)},)
 
 
 class Krea2TestAttentionProbe:
@@ -72,5 +92,5 @@ class Krea2TestAttentionProbe:
         return (patched,)
 
 
-NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning,
+NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe}
