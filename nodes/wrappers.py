@@ -1,10 +1,10 @@
 """ComfyUI sampling hooks: where a run of the Cache-DiT node starts, routes calls and ends.
 
 Modelled on ComfyUI's EasyCache: the node puts a ``CacheDiTHolder`` into the
-MODEL clone's ``transformer_options`` and registers two wrappers under one key.
-- OUTER_SAMPLE: per run, reads the sampler's sigmas and CFG, opens a
-  ``CacheRun`` (cache-dit enabled) and closes it in ``finally``, also on
-  interrupt or error, so the shared transformer is never left cached.
+MODEL clone's ``model_options`` and registers two wrappers under one key.
+- OUTER_SAMPLE: per run, reads the sampler's sigmas, callback and guider,
+  opens a ``CacheRun`` (cache-dit enabled) and closes it in ``finally``, also
+  on interrupt or error, so the shared transformer is never left cached.
 - DIFFUSION_MODEL: per model call, lets the run route the call through
   cache-dit or around it, using ``cond_or_uncond`` and ``sigmas``.
 """
@@ -28,6 +28,11 @@ from . import routes
 from .guidance import read_guidance
 
 KEY = "krea2_cachedit"
+# The run now sampling each transformer, by the id of the module the sampler calls. Runs are not
+# put into transformer_options: under torch.compile, a graph break rebuilds that dict from its
+# sources, and ComfyUI's compile node filters out the guards that check its keys, so a later
+# compiled run without this node would fail on the missing key.
+_active_runs: dict[int, CacheRun] = {}
 WrappersMP = comfy.patcher_extension.WrappersMP
 logger = logging.getLogger(__name__)
 
@@ -44,7 +49,7 @@ def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
     """Attach the holder and wrappers to a MODEL clone (replacing an upstream Cache-DiT node's)."""
     for wrapper_type in (WrappersMP.OUTER_SAMPLE, WrappersMP.DIFFUSION_MODEL):
         model.remove_wrappers_with_key(wrapper_type, KEY)
-    model.model_options.setdefault("transformer_options", {})[KEY] = holder
+    model.model_options[KEY] = holder  # beside transformer_options, not in it: see _active_runs
     model.add_wrapper_with_key(WrappersMP.OUTER_SAMPLE, KEY, outer_sample_wrapper)
     model.add_wrapper_with_key(WrappersMP.DIFFUSION_MODEL, KEY, diffusion_model_wrapper)
 
@@ -61,7 +66,7 @@ def _prompt_id() -> str:
 
 def outer_sample_wrapper(executor, *args, **kwargs):
     guider = executor.class_obj
-    holder = guider.model_options.get("transformer_options", {}).get(KEY)
+    holder = guider.model_options.get(KEY)
     if not isinstance(holder, CacheDiTHolder):
         return executor(*args, **kwargs)
     args = list(args)  # outer_sample(noise, latent, sampler, sigmas, denoise_mask, callback, ...)
@@ -82,14 +87,12 @@ def outer_sample_wrapper(executor, *args, **kwargs):
                    node_id=holder.node_id, prompt_id=_prompt_id(), guidance=guidance.as_dict(),
                    host=guider.model_patcher.model.diffusion_model)
     _report_steps_to(clock, args, kwargs)
-    original_options = guider.model_options
-    guider.model_options = comfy.model_patcher.create_model_options_clone(original_options)
-    guider.model_options["transformer_options"][KEY] = run
+    _active_runs[id(run.host)] = run
     try:
         with run:
             return executor(*args, **kwargs)
     finally:
-        guider.model_options = original_options
+        _active_runs.pop(id(run.host), None)
         if run.record is not None:
             routes.publish(run.record)
 
@@ -138,11 +141,14 @@ def _transformer_options(args, kwargs) -> dict:
     return args[-1] if args and isinstance(args[-1], dict) else {}
 
 
+# Routing is Python bookkeeping: torch.compile skips this frame (and never guards on the run's
+# state), and compiles the model call it makes.
+@torch.compiler.disable(recursive=False)
 def diffusion_model_wrapper(executor, *args, **kwargs):
     options = _transformer_options(args, kwargs)
-    run = options.get(KEY)
-    if not isinstance(run, CacheRun) or executor.class_obj is not run.host:
-        return executor(*args, **kwargs)  # not ours, or another copy of the model (e.g. on another GPU)
+    run = _active_runs.get(id(executor.class_obj))
+    if run is None or executor.class_obj is not run.host:
+        return executor(*args, **kwargs)  # not sampling with this node, or another copy of the model
     if options.get("sigmas") is None or not args or not torch.is_tensor(args[0]):
         with run.uncached():  # a caller outside a sampler step: nothing to cache against
             return executor(*args, **kwargs)

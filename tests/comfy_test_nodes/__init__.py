@@ -3,6 +3,10 @@
 - ``Krea2TestConditioning``: seeded-random conditioning in place of the Krea-2 text encoder;
 - ``Krea2TestLatent``: a seeded-random 16-channel latent (Krea-2's Wan 2.1 latent space), e.g. as
   an edit reference without a VAE;
+- ``Krea2TestCompileBlocks``: torch.compile per transformer block, the way advanced compile nodes
+  do it (``set_torch_compile_wrapper`` with keys ``diffusion_model.blocks.{i}``);
+- ``Krea2TestDynamoCounters``: torch._dynamo's compile counters of this server process, as an
+  output in the prompt's history (run it after the sampler);
 - ``Krea2TestAttentionProbe``: real attention patches (``attn1_patch``, ``attn1_output_patch``)
   that record the block index and block count each block reports, and can scale one block's
   attention output, as patches that act on chosen blocks do.
@@ -53,6 +57,45 @@ class Krea2TestLatent:
         return ({"samples": torch.randn((1, 16, height // 8, width // 8), generator=generator)},)
 
 
+class Krea2TestCompileBlocks:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "backend": (["inductor", "eager", "aot_eager"],)}}
+
+    def patch(self, model, backend):
+        from comfy_api.torch_helpers import set_torch_compile_wrapper
+
+        blocks = len(model.get_model_object("diffusion_model.blocks"))
+        patched = model.clone()
+        set_torch_compile_wrapper(patched, backend=backend,
+                                  keys=[f"diffusion_model.blocks.{i}" for i in range(blocks)])
+        return (patched,)
+
+
+class Krea2TestDynamoCounters:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ()
+    FUNCTION = "read"
+    OUTPUT_NODE = True
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"after": ("LATENT",)}}
+
+    @classmethod
+    def IS_CHANGED(cls, **kwargs):
+        return float("nan")  # read the counters every time
+
+    def read(self, after):
+        from torch._dynamo.utils import counters
+
+        return {"ui": {"dynamo": [{group: dict(values) for group, values in counters.items()}]}}
+
+
 class Krea2TestAttentionProbe:
     """Adds attention patches to a MODEL clone; they append what each block call sees to a file."""
 
@@ -93,4 +136,6 @@ class Krea2TestAttentionProbe:
 
 
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
+                       "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
+                       "Krea2TestDynamoCounters": Krea2TestDynamoCounters,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe}
