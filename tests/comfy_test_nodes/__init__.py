@@ -7,6 +7,9 @@
   do it (``set_torch_compile_wrapper`` with keys ``diffusion_model.blocks.{i}``);
 - ``Krea2TestDynamoCounters``: torch._dynamo's compile counters of this server process, as an
   output in the prompt's history (run it after the sampler);
+- ``Krea2TestMultiGPU``: ComfyUI's multi-GPU sampling on a machine with one device: a real
+  per-device deep clone (``deepclone_multigpu``) attached as the "multigpu" model, so the sampler
+  runs model calls in its thread pool on copies of the model;
 - ``Krea2TestAttentionProbe``: real attention patches (``attn1_patch``, ``attn1_output_patch``)
   that record the block index and block count each block reports, and can scale one block's
   attention output, as patches that act on chosen blocks do.
@@ -96,6 +99,24 @@ class Krea2TestDynamoCounters:
         return {"ui": {"dynamo": [{group: dict(values) for group, values in counters.items()}]}}
 
 
+class Krea2TestMultiGPU:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",)}}
+
+    def patch(self, model):
+        import comfy.model_management
+
+        patched = model.clone()
+        clone = model.deepclone_multigpu(new_load_device=comfy.model_management.get_torch_device())
+        patched.set_additional_models("multigpu", [clone])
+        return (patched,)
+
+
 class Krea2TestAttentionProbe:
     """Adds attention patches to a MODEL clone; they append what each block call sees to a file."""
 
@@ -137,5 +158,5 @@ class Krea2TestAttentionProbe:
 
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
-                       "Krea2TestDynamoCounters": Krea2TestDynamoCounters,
+                       "Krea2TestDynamoCounters": Krea2TestDynamoCounters, "Krea2TestMultiGPU": Krea2TestMultiGPU,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe}
