@@ -1,4 +1,4 @@
-"""Test-only ComfyUI nodes, loaded only by the test servers.
+"""Test-only ComfyUI nodes (and measurement routes), loaded only by the test and benchmark servers.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -7,6 +7,9 @@ encoder produces: ``(1, tokens, txtlayers * txtdim)``.
 """
 
 import torch
+from server import PromptServer
+
+from .measurement import register as register_measurement_routes
 
 
 class Krea2TestConditioning:
@@ -29,3 +32,5 @@ class Krea2TestConditioning:
 
 
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning}
+
+register_measurement_routes(PromptServer.instance.routes)
