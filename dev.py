@@ -4,7 +4,14 @@
     python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
     python3 dev.py test    # the whole test suite (what CI runs)
 
-Both set up their environment first. When a ComfyUI is found (``COMFYUI_PATH``,
+and the GPU check (README, "GPU check"): Krea-2 Turbo and Raw at full size on a GPU machine
+without network, with and without the cache and torch.compile:
+
+    python3 dev.py gpu-check --prepare   # here: put what that machine lacks into .gpu-check/
+    python3 dev.py gpu-check             # there: install from .gpu-check/ offline and measure
+    python3 dev.py gpu-check --smoke     # here: the same path on the CPU at a small size
+
+demo and test set up their environment first. When a ComfyUI is found (``COMFYUI_PATH``,
 the ComfyUI whose ``custom_nodes`` holds this pack, or ``~/comfy/ComfyUI``),
 they use its virtual environment (creating it from ComfyUI's requirements when
 it has none) and install this pack's requirements into it, as ComfyUI-Manager
@@ -23,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 from comfy_harness import find_comfyui  # noqa: E402  (stdlib only)
 
 DEV_REQUIREMENTS = ["pytest>=8"]
@@ -101,10 +109,14 @@ def prepare_packaging_tools():
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("demo", "test"):
+    if not argv or argv[0] not in ("demo", "test", "gpu-check"):
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
+    if command == "gpu-check":  # sets up its own environments: the GPU machine's python3 runs it as is
+        from gpu_check_setup import main as gpu_check
+
+        return gpu_check(rest)
     python, comfy_root = prepare()
     if command == "demo":
         return subprocess.run([python, REPO / "benchmarks" / "speedup.py", *rest]).returncode

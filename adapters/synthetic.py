@@ -14,6 +14,7 @@ fusion blocks with 20 heads, so ``features`` must be a multiple of 128 and
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -140,12 +141,13 @@ def native_shapes(shape: Krea2Shape) -> dict[str, tuple[int, ...]]:
 def _init_tensor(name: str, size: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     # Norm scales are zero-centred ("1 + scale"), so small noise keeps them near identity;
     # weights get fan-in scaling so activations stay O(1) through many random blocks.
+    noise = torch.randn(size, generator=generator, device=generator.device)
     if name.endswith(".scale") or name.endswith("mod.lin") or name.endswith("modulation.lin"):
-        return torch.randn(size, generator=generator) * 0.02
+        return noise * 0.02
     if name.endswith(".bias"):
-        return torch.randn(size, generator=generator) * 0.01
+        return noise * 0.01
     fan_in = size[-1] if len(size) > 1 else 1
-    return torch.randn(size, generator=generator) * (0.5 / fan_in ** 0.5)
+    return noise * (0.5 / fan_in ** 0.5)
 
 
 def native_state_dict(shape: Krea2Shape, seed: int = 0, dtype: torch.dtype = torch.float32,
@@ -165,6 +167,41 @@ def save_native_checkpoint(path, shape: Krea2Shape, seed: int = 0, dtype: torch.
 
     save_file(native_state_dict(shape, seed, dtype, prefix), str(path))
     return str(path)
+
+
+SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+
+
+def write_native_checkpoint(path, shape: Krea2Shape, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
+                            device: str = "cpu") -> int:
+    """Write a native-format checkpoint tensor by tensor, without holding the model in memory.
+
+    For the full 12.9B model (~26 GB in bf16): host memory holds one tensor at a time, and
+    ``device="cuda"`` draws the random numbers on the GPU (a CPU draws some tens of millions per
+    second and core, minutes for the full model). On the CPU the values equal
+    ``native_state_dict(shape, seed, dtype)``. Returns the number of bytes written.
+    """
+    import json
+
+    shapes = native_shapes(shape)
+    element = torch.empty((), dtype=dtype).element_size()
+    header, offset = {}, 0
+    for name, size in shapes.items():
+        nbytes = element * math.prod(size)
+        header[name] = {"dtype": SAFETENSORS_DTYPES[dtype], "shape": list(size),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the format wants the data 8-byte aligned
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with open(path, "wb") as file:
+        file.write(len(encoded).to_bytes(8, "little"))
+        file.write(encoded)
+        for name, size in shapes.items():
+            tensor = _init_tensor(name, size, generator).to(dtype).cpu()
+            # safetensors stores raw little-endian bytes; an integer view of the same width gets them to numpy.
+            file.write(tensor.view(torch.int16 if element == 2 else torch.int32).numpy().data)
+    return 8 + len(encoded) + offset
 
 
 def diffusers_transformer(shape: Krea2Shape, seed: int = 0, dtype: torch.dtype = torch.float32):

@@ -30,6 +30,9 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 from comfy_harness import ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
 from krea2_prompts import krea2_prompt  # noqa: E402
 
+STATS_ROUTE = "/krea2_cachedit/stats"
+LATENT_NODE, CACHE_NODE = "7", "5"   # krea2_prompt's SaveLatent and Krea2CacheDiT
+
 # Mid-size: blocks dominate the cost like in the full 12.9B model, small enough for a CPU.
 MID_SIZE = dict(features=1024, layers=12, heads=8, kvheads=2, txtdim=160, txtlayers=4)
 
@@ -40,6 +43,7 @@ class Case:
     steps: int
     cfg: float
     cache: dict | None      # Krea2CacheDiT inputs; None = the graph without the node
+    compile_backend: str | None = None  # TorchCompileModel before the cache node; None = eager
 
 
 def default_cases(steps: int, cfg: float, raw: bool) -> list[Case]:
@@ -60,6 +64,32 @@ def default_cases(steps: int, cfg: float, raw: bool) -> list[Case]:
 def execution_seconds(entry: dict) -> float:
     stamps = {kind: data["timestamp"] for kind, data in entry["status"]["messages"]}
     return (stamps["execution_success"] - stamps["execution_start"]) / 1000.0
+
+
+@dataclasses.dataclass
+class PromptRun:
+    seconds: float          # ComfyUI's own execution time of the prompt
+    latent: object          # the final latent (torch.Tensor)
+    stats: dict | None      # the Cache-DiT node's record of this prompt; None without the node
+
+
+def run_prompt(server: ComfyServer, prompt: dict, timeout: float = 600.0) -> PromptRun:
+    """Queue one prompt, wait for it, and read its time, latent and (when cached) its stats record."""
+    prompt_id = server.queue(prompt)
+    entry = server.wait(prompt_id, timeout)
+    if prompt_error(entry):
+        raise RuntimeError(f"{prompt_error(entry)}\n{server.log_tail()}")
+    stats = None
+    if CACHE_NODE in prompt:
+        records = [r for r in server.get(STATS_ROUTE)["runs"] if r["prompt_id"] == prompt_id]
+        if not records:
+            raise RuntimeError(f"no Cache-DiT stats record for prompt {prompt_id}")
+        stats = records[-1]
+    return PromptRun(execution_seconds(entry), server.saved_latent(entry, LATENT_NODE), stats)
+
+
+def relative_l2(latent, reference) -> float:
+    return float((latent.float() - reference.float()).norm() / reference.float().norm())
 
 
 def run_comfyui(args, comfy_root: Path) -> list[dict]:
@@ -83,10 +113,10 @@ def run_comfyui(args, comfy_root: Path) -> list[dict]:
         server.stop()
 
 
-def case_prompt(case: Case, args, model_name: str, features: int, seed: int) -> dict:
-    prompt = krea2_prompt(cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, size=args.size,
-                          model=model_name, pos_tokens=args.tokens, neg_tokens=args.tokens,
-                          prefix=f"bench_{case.name.replace(' ', '_')}")
+def case_prompt(case: Case, model_name: str, features: int, seed: int, size: int, tokens: int) -> dict:
+    prompt = krea2_prompt(cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, size=size,
+                          model=model_name, pos_tokens=tokens, neg_tokens=tokens,
+                          prefix=f"bench_{case.name.replace(' ', '_')}", compile_backend=case.compile_backend)
     for node in ("2", "3"):
         prompt[node]["inputs"]["features"] = features
     return prompt
@@ -97,18 +127,15 @@ def measure(server: ComfyServer, args, model_name: str, features: int) -> list[d
     results = {c.name: {"case": c, "times": [], "latents": [], "stats": None} for c in cases}
     print("Warming up (model load, first runs) ...", flush=True)
     for case in cases:
-        entry = server.run(case_prompt(case, args, model_name, features, seed=10_000))
-        if prompt_error(entry):
-            raise SystemExit(f"{case.name}: {prompt_error(entry)}\n{server.log_tail()}")
+        run_prompt(server, case_prompt(case, model_name, features, 10_000, args.size, args.tokens))
     for rep in range(args.repeats):
         # Alternate the order so drift (thermal, background load) hits every case alike.
         for case in (cases if rep % 2 == 0 else list(reversed(cases))):
-            entry = server.run(case_prompt(case, args, model_name, features, seed=rep))
+            run = run_prompt(server, case_prompt(case, model_name, features, rep, args.size, args.tokens))
             result = results[case.name]
-            result["times"].append(execution_seconds(entry))
-            result["latents"].append((rep, server.saved_latent(entry, "7")))
-            if case.cache is not None:
-                result["stats"] = server.get("/krea2_cachedit/stats")["runs"][-1]
+            result["times"].append(run.seconds)
+            result["latents"].append((rep, run.latent))
+            result["stats"] = run.stats or result["stats"]
     return summarize(results)
 
 
@@ -119,7 +146,7 @@ def summarize(results: dict) -> list[dict]:
         reference = results["raw uncached" if name.startswith("raw") else "uncached"]
         base_time = statistics.median(reference["times"])
         time_ = statistics.median(result["times"])
-        deviation = max(float((lat - ref).norm() / ref.norm())
+        deviation = max(relative_l2(lat, ref)
                         for (_, lat), (_, ref) in zip(sorted(result["latents"], key=lambda t: t[0]),
                                                       sorted(reference["latents"], key=lambda t: t[0])))
         stats = result["stats"]

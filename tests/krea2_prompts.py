@@ -14,12 +14,14 @@ CACHE_NODE_DEFAULTS = {
 
 def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache: dict | None = None,
                  pos_tokens=8, neg_tokens=8, seed=0, size=64, batch=1, model=TINY_MODEL,
-                 prefix="krea2_test", loader: dict | None = None) -> dict:
-    """UNETLoader -> [Krea2CacheDiT] -> KSampler -> SaveLatent, conditioning from the test node.
+                 prefix="krea2_test", loader: dict | None = None, compile_backend: str | None = None) -> dict:
+    """UNETLoader -> [TorchCompileModel] -> [Krea2CacheDiT] -> KSampler -> SaveLatent, conditioning from the test node.
 
     ``cache=None`` leaves the Cache-DiT node out (the bypassed / plain graph);
-    otherwise its inputs override ``CACHE_NODE_DEFAULTS``. Node ids are fixed:
-    "1" loader, "5" Cache-DiT, "6" KSampler, "7" SaveLatent.
+    otherwise its inputs override ``CACHE_NODE_DEFAULTS``. ``compile_backend``
+    puts ComfyUI's TorchCompileModel (that backend) right after the loader. Node
+    ids are fixed: "1" loader, "8" TorchCompileModel, "5" Cache-DiT, "6" KSampler,
+    "7" SaveLatent.
     """
     prompt = {
         "1": loader or {"class_type": "UNETLoader", "inputs": {"unet_name": model, "weight_dtype": "default"}},
@@ -34,9 +36,14 @@ def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache
             "denoise": 1.0}},
         "7": {"class_type": "SaveLatent", "inputs": {"samples": ["6", 0], "filename_prefix": prefix}},
     }
+    model_output = ["1", 0]
+    if compile_backend is not None:
+        prompt["8"] = {"class_type": "TorchCompileModel", "inputs": {"model": model_output, "backend": compile_backend}}
+        model_output = ["8", 0]
     if cache is not None:
-        prompt["5"] = {"class_type": "Krea2CacheDiT", "inputs": {"model": ["1", 0], **CACHE_NODE_DEFAULTS, **cache}}
-        prompt["6"]["inputs"]["model"] = ["5", 0]
+        prompt["5"] = {"class_type": "Krea2CacheDiT", "inputs": {"model": model_output, **CACHE_NODE_DEFAULTS, **cache}}
+        model_output = ["5", 0]
+    prompt["6"]["inputs"]["model"] = model_output
     return prompt
 
 

@@ -1,12 +1,10 @@
-"""Test-only ComfyUI nodes, loaded only by the test servers.
+"""Test-only ComfyUI nodes (and measurement routes), loaded only by the test and benchmark servers.
 
 - ``Krea2TestConditioning``: seeded-random conditioning in place of the Krea-2 text encoder;
 - ``Krea2TestLatent``: a seeded-random 16-channel latent (Krea-2's Wan 2.1 latent space), e.g. as
   an edit reference without a VAE;
 - ``Krea2TestCompileBlocks``: torch.compile per transformer block, the way advanced compile nodes
   do it (``set_torch_compile_wrapper`` with keys ``diffusion_model.blocks.{i}``);
-- ``Krea2TestDynamoCounters``: torch._dynamo's compile counters of this server process, as an
-  output in the prompt's history (run it after the sampler);
 - ``Krea2TestMultiGPU``: ComfyUI's multi-GPU sampling on a machine with one device: a real
   per-device deep clone (``deepclone_multigpu``) attached as the "multigpu" model, so the sampler
   runs model calls in its thread pool on copies of the model;
@@ -21,6 +19,9 @@ encoder produces: ``(1, tokens, txtlayers * txtdim)``.
 """
 
 import torch
+from server import PromptServer
+
+from .measurement import register as register_measurement_routes
 
 
 class Krea2TestConditioning:
@@ -77,26 +78,6 @@ class Krea2TestCompileBlocks:
         set_torch_compile_wrapper(patched, backend=backend,
                                   keys=[f"diffusion_model.blocks.{i}" for i in range(blocks)])
         return (patched,)
-
-
-class Krea2TestDynamoCounters:
-    CATEGORY = "Krea-2/testing"
-    RETURN_TYPES = ()
-    FUNCTION = "read"
-    OUTPUT_NODE = True
-
-    @classmethod
-    def INPUT_TYPES(cls):
-        return {"required": {"after": ("LATENT",)}}
-
-    @classmethod
-    def IS_CHANGED(cls, **kwargs):
-        return float("nan")  # read the counters every time
-
-    def read(self, after):
-        from torch._dynamo.utils import counters
-
-        return {"ui": {"dynamo": [{group: dict(values) for group, values in counters.items()}]}}
 
 
 class Krea2TestMultiGPU:
@@ -158,5 +139,7 @@ class Krea2TestAttentionProbe:
 
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
-                       "Krea2TestDynamoCounters": Krea2TestDynamoCounters, "Krea2TestMultiGPU": Krea2TestMultiGPU,
+                       "Krea2TestMultiGPU": Krea2TestMultiGPU,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe}
+
+register_measurement_routes(PromptServer.instance.routes)

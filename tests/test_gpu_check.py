@@ -1,0 +1,182 @@
+"""The GPU check (``dev.py gpu-check``): its pieces, and its CPU smoke run end to end.
+
+The smoke run is the GPU check's own code path (prepare, offline install into a fresh
+environment that has only the GPU machine's packages, generate, sample through ComfyUI, report)
+at a small size on the CPU, so that the first GPU run is not the first run of this code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from comfy_harness import REPO_ROOT, comfyui_python
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import gpu_check  # noqa: E402
+import gpu_check_setup  # noqa: E402
+from krea2_cachedit.adapters.synthetic import (  # noqa: E402
+    FULL_SIZE, Krea2Shape, native_shapes, native_state_dict, write_native_checkpoint)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_streamed_checkpoint_holds_the_seeded_state_dict(tmp_path, dtype):
+    from safetensors.torch import load_file
+
+    path = tmp_path / "streamed.safetensors"
+    nbytes = write_native_checkpoint(path, Krea2Shape(), seed=3, dtype=dtype)
+    assert nbytes == path.stat().st_size
+    written, expected = load_file(str(path)), native_state_dict(Krea2Shape(), seed=3, dtype=dtype)
+    assert written.keys() == expected.keys()
+    assert all(written[k].dtype == dtype and torch.equal(written[k], expected[k]) for k in expected)
+
+
+_DETECT = """
+import json, sys
+shapes = json.loads(sys.stdin.read())
+sys.argv = ["detect", "--cpu"]
+import comfy.options
+comfy.options.enable_args_parsing()
+import torch, comfy.model_detection
+state_dict = {name: torch.empty(size, device="meta") for name, size in shapes.items()}
+print(json.dumps(comfy.model_detection.detect_unet_config(state_dict, "")))
+"""
+
+
+def test_full_size_is_the_krea2_comfyui_detects(comfy_root):
+    shapes = json.dumps(native_shapes(FULL_SIZE))
+    result = subprocess.run([comfyui_python(comfy_root), "-c", _DETECT], input=shapes, cwd=comfy_root,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = json.loads(result.stdout.strip().splitlines()[-1])
+    assert config["image_model"] == "krea2"
+    expected = {"features": 6144, "layers": 28, "heads": 48, "kvheads": 12, "txtdim": 2560, "txtlayers": 12,
+                "channels": 16}
+    assert {key: config[key] for key in expected} == expected
+    assert gpu_check.FULL.full_size and not gpu_check.SMOKE.full_size
+
+
+def test_plan_raw_keeps_full_length_and_drops_repeats_first():
+    step_s, cases = 0.5, 4                      # one repeat of 52 steps: 104 s
+    assert gpu_check.plan_raw(250, step_s, cases, most_repeats=2) == (52, 2)
+    assert gpu_check.plan_raw(150, step_s, cases, most_repeats=2) == (52, 1)
+    assert gpu_check.plan_raw(52, step_s, cases, most_repeats=2) == (26, 1)
+    assert gpu_check.plan_raw(10, step_s, cases, most_repeats=2) is None
+    assert gpu_check.repeats_that_fit(100, 2.0, 4, most=5) == 5
+    assert gpu_check.repeats_that_fit(20, 2.0, 4, most=5) == 2
+
+
+def _fake_wheel(path: Path, files: dict[str, bytes]) -> Path:
+    record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in files.items())
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+        wheel.writestr("pkg-1.0.dist-info/RECORD", record + "pkg-1.0.dist-info/RECORD,,\n")
+    return path
+
+
+def test_trimmed_wheel_loses_only_the_named_files(tmp_path):
+    wheel = _fake_wheel(tmp_path / "pkg-1.0-cp312-abi3-manylinux_2_28_x86_64.whl",
+                        {"pkg/__init__.py": b"x = 1\n", "pkg/backends/cuda/_C.abi3.so": b"\0" * 1000})
+    (tmp_path / "out").mkdir()
+    trimmed = gpu_check_setup.trim_wheel(wheel, ("pkg/backends/cuda/_C.*.so",), tmp_path / "out")
+    assert trimmed.name == f"pkg-1.0-{gpu_check_setup.TRIM_BUILD_TAG}-cp312-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(trimmed) as z:
+        assert sorted(z.namelist()) == ["pkg-1.0.dist-info/RECORD", "pkg/__init__.py"]
+        assert "_C.abi3.so" not in z.read("pkg-1.0.dist-info/RECORD").decode()
+    with pytest.raises(SystemExit, match="no file matching"):
+        gpu_check_setup.trim_wheel(wheel, ("pkg/backends/hip/_C.*.so",), tmp_path / "elsewhere")
+
+
+def test_compressed_wheel_unpacks_to_the_same_files(tmp_path):
+    import lzma
+
+    files = {"pkg/__init__.py": b"x = 1\n" * 100, "pkg/data.bin": bytes(range(256)) * 50}
+    wheel = _fake_wheel(tmp_path / "pkg-1.0-py3-none-any.whl", files)
+    packed = gpu_check_setup.compress_wheel(wheel, tmp_path / "xz")
+    restored = tmp_path / "restored.whl"
+    restored.write_bytes(lzma.decompress(packed.read_bytes()))
+    with zipfile.ZipFile(wheel) as original, zipfile.ZipFile(restored) as copy:
+        assert copy.namelist() == original.namelist()
+        assert all(copy.read(name) == original.read(name) for name in original.namelist())
+
+
+def test_every_comfyui_requirement_is_carried_preinstalled_or_left_out(comfy_root, tmp_path):
+    gpu_check_setup.check_requirements_decided(comfy_root)
+    (tmp_path / "requirements.txt").write_text((comfy_root / "requirements.txt").read_text() + "\nnew-dep>=1\n")
+    with pytest.raises(SystemExit, match="new-dep"):
+        gpu_check_setup.check_requirements_decided(tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="here a GPU check would run")
+def test_without_cuda_it_stops_before_installing(tmp_path):
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "dev.py"), "gpu-check", "--from", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "no CUDA device" in result.stderr and "--smoke" in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_install_refuses_a_folder_prepared_for_another_python(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"python": "2.7"}))
+    with pytest.raises(SystemExit, match="prepared for Python 2.7"):
+        gpu_check_setup.install(tmp_path, tmp_path / "work")
+
+
+# --- the smoke run ---------------------------------------------------------------------
+
+VARIANTS = ("uncached", "defaults", "steps_mask fast", "caching off")
+EXPECTED_CASES = ([f"{w} {v}" for w in ("turbo", "raw") for v in VARIANTS]
+                  + [f"{w} compiled {v}" for w in ("turbo", "raw") for v in gpu_check.COMPILED_VARIANTS])
+
+
+@pytest.fixture(scope="module")
+def smoke_report(comfy_root, tmp_path_factory):
+    report_path = tmp_path_factory.mktemp("gpu_check") / "smoke.json"
+    # The first run on a machine also compiles inductor's CPU kernels (kept for later runs).
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "dev.py"), "gpu-check", "--smoke", "--json",
+                             str(report_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    return json.loads(report_path.read_text()), result.stdout
+
+
+def test_smoke_runs_every_case_through_comfyui(smoke_report):
+    report, stdout = smoke_report
+    assert report["errors"] == [] and report["smoke"] is True
+    assert [row["case"] for row in report["cases"]] == EXPECTED_CASES
+    assert all(f"\n{case} " in stdout for case in EXPECTED_CASES), "every case is in the printed table"
+    for key in ("date", "device", "versions", "settings", "model", "budget", "timings"):
+        assert report[key], key
+    assert report["versions"]["cache-dit"] and report["versions"]["diffusers"] and report["versions"]["torch"]
+    assert report["model"]["shape"] == dataclasses.asdict(Krea2Shape())
+    assert all(row["repeats"] >= 1 and row["seconds"] > 0 for row in report["cases"])
+
+
+def test_smoke_cached_counts_and_references(smoke_report):
+    rows = {row["case"]: row for row in smoke_report[0]["cases"]}
+    raw_steps = smoke_report[0]["budget"]["raw_steps"]
+    for prefix in ("turbo", "turbo compiled", "raw", "raw compiled"):
+        uncached, fast = rows[f"{prefix} uncached"], rows[f"{prefix} steps_mask fast"]
+        steps = 8 if prefix.startswith("turbo") else raw_steps
+        assert uncached["cached"] is None and uncached["ideal"] == 1.0
+        cached, total = map(int, fast["cached"].split("/"))
+        assert total == steps and 0 < cached < steps and fast["ideal"] > 1.0
+        assert fast["deviation"] > 0 and fast["deviation_reference"] == f"{prefix} uncached"
+    assert rows["turbo steps_mask fast"]["cached_steps"] == [3, 5, 6]   # cache-dit's 8-step "fast" mask
+    assert rows["turbo compiled uncached"]["deviation_reference"] == "turbo uncached"
+    assert rows["turbo compiled uncached"]["graphs_compiled_in_warmup"] > 0
+
+
+def test_smoke_caching_off_is_bit_identical(smoke_report):
+    report = smoke_report[0]
+    for workload in ("turbo", "raw"):
+        row = next(r for r in report["cases"] if r["case"] == f"{workload} caching off")
+        assert row["cached"].startswith("0/") and row["deviation"] == 0.0
+        assert report["caching_off_overhead"][workload]["bit_identical"] is True
