@@ -11,6 +11,9 @@ it has none) and install this pack's requirements into it, as ComfyUI-Manager
 would; ``test`` also installs ComfyUI-Manager as ComfyUI pins it
 (``manager_requirements.txt``). Otherwise they use ``.venv`` in this folder with a CPU build of torch,
 and the ComfyUI tests are skipped with a message saying so.
+
+CI (``.ci/run``) sets ``KREA2_REQUIRE_TIERS``: then every listed test tier must
+run and pass without a skip, and a missing ComfyUI stops the run at once.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "tests"))
-from comfy_harness import find_comfyui  # noqa: E402  (stdlib only)
+from comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # noqa: E402  (stdlib only)
 
 DEV_REQUIREMENTS = ["pytest>=8"]
 # Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.
@@ -53,6 +56,11 @@ def pip_install(python: Path, *args):
 def prepare() -> tuple[Path, Path | None]:
     """The interpreter to run with, and the ComfyUI it will test against (or None)."""
     comfy_root = find_comfyui()
+    if comfy_root is None and "comfyui" in required_tiers():
+        raise SystemExit(
+            f"No ComfyUI found, but {REQUIRE_TIERS_ENV}={','.join(required_tiers())} requires the comfyui tier "
+            f"(COMFYUI_PATH={os.environ.get('COMFYUI_PATH', '<unset>')}; looked for ~/comfy/ComfyUI and a "
+            f"custom_nodes parent). Put ComfyUI there or point COMFYUI_PATH at it.")
     if comfy_root is not None:
         folder = next((comfy_root / d for d in (".venv", "venv") if (comfy_root / d / "bin" / "python").exists()),
                       comfy_root / ".venv")
@@ -70,13 +78,18 @@ def prepare() -> tuple[Path, Path | None]:
     return python, comfy_root
 
 
+def consequence(tier: str) -> str:
+    """What a failed setup step means for this run."""
+    if tier in required_tiers():
+        return f"{tier} tests will be skipped, and {REQUIRE_TIERS_ENV} makes that fail the run"
+    return f"{tier} tests will be skipped"
+
+
 def prepare_browser():
     """Chromium and playwright-core for the browser tier; the tests skip (and say why) if this fails."""
-    script = REPO / "tests" / "browser" / "setup.sh"
-    if script.exists():
-        result = subprocess.run(["bash", str(script)])
-        print(f"browser setup: {'ok' if result.returncode == 0 else 'FAILED (browser tests will be skipped)'}",
-              flush=True)
+    result = subprocess.run(["bash", str(REPO / "tests" / "browser" / "setup.sh")])
+    status = "ok" if result.returncode == 0 else f"FAILED ({consequence('browser')})"
+    print(f"browser setup: {status}", flush=True)
 
 
 def prepare_manager(python: Path, comfy_root: Path | None):
@@ -96,8 +109,8 @@ def prepare_packaging_tools():
     result = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "comfy-cli"])
     if result.returncode == 0:
         os.environ["KREA2_COMFY_CLI"] = str(python.parent / "comfy")
-    print(f"comfy-cli setup: {'ok' if result.returncode == 0 else 'FAILED (packaging tests will be skipped)'}",
-          flush=True)
+    status = "ok" if result.returncode == 0 else f"FAILED ({consequence('core')}: the packaging tests need it)"
+    print(f"comfy-cli setup: {status}", flush=True)
 
 
 def main(argv: list[str]) -> int:

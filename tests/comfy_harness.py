@@ -4,6 +4,8 @@ Finds ComfyUI the way the README says (``COMFYUI_PATH``, the ComfyUI whose
 ``custom_nodes`` holds this pack, or ``~/comfy/ComfyUI``), gives it a private
 base directory (custom nodes, models, input, output) and talks to it only
 through its public HTTP API, like the graph editor does.
+
+Stdlib only at import time: ``dev.py`` imports it before any environment exists.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACK_DIR_NAME = "krea2_cachedit"
 TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
+# Comma-separated test tiers that must all run and pass without a skip (CI sets it; see conftest).
+REQUIRE_TIERS_ENV = "KREA2_REQUIRE_TIERS"
+
+
+def required_tiers() -> list[str]:
+    return [tier.strip() for tier in os.environ.get(REQUIRE_TIERS_ENV, "").split(",") if tier.strip()]
 
 
 def load_pack():
@@ -38,17 +46,24 @@ def load_pack():
 
 
 def find_comfyui() -> Path | None:
-    """The ComfyUI checkout to test against, or None when there is none."""
-    candidates = []
+    """The ComfyUI checkout to test against, or None when there is none.
+
+    ``COMFYUI_PATH``, when set, is the only place looked at: a wrong path must not
+    quietly fall back to another ComfyUI (and pointing it at an empty folder is how
+    to run as if no ComfyUI were installed).
+    """
     if os.environ.get("COMFYUI_PATH"):
-        candidates.append(Path(os.environ["COMFYUI_PATH"]).expanduser())
+        path = Path(os.environ["COMFYUI_PATH"]).expanduser()
+        return path.resolve() if _is_comfyui(path) else None
+    candidates = []
     if REPO_ROOT.parent.name == "custom_nodes":
         candidates.append(REPO_ROOT.parent.parent)
     candidates.append(Path.home() / "comfy" / "ComfyUI")
-    for path in candidates:
-        if (path / "main.py").is_file() and (path / "comfy").is_dir():
-            return path.resolve()
-    return None
+    return next((path.resolve() for path in candidates if _is_comfyui(path)), None)
+
+
+def _is_comfyui(path: Path) -> bool:
+    return (path / "main.py").is_file() and (path / "comfy").is_dir()
 
 
 def comfyui_python(comfy_root: Path) -> str:

@@ -29,7 +29,7 @@ import pytest
 from comfy_harness import ComfyServer
 from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
-pytestmark = pytest.mark.browser
+pytestmark = pytest.mark.tier("browser")
 
 BROWSER_DIR = Path(__file__).resolve().parent / "browser"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
