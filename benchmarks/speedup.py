@@ -103,12 +103,15 @@ def measure(server: ComfyServer, args, model_name: str, features: int) -> list[d
     for rep in range(args.repeats):
         # Alternate the order so drift (thermal, background load) hits every case alike.
         for case in (cases if rep % 2 == 0 else list(reversed(cases))):
-            entry = server.run(case_prompt(case, args, model_name, features, seed=rep))
+            prompt_id = server.queue(case_prompt(case, args, model_name, features, seed=rep))
+            entry = server.wait(prompt_id)
+            if prompt_error(entry):
+                raise SystemExit(f"{case.name}: {prompt_error(entry)}\n{server.log_tail()}")
             result = results[case.name]
             result["times"].append(execution_seconds(entry))
             result["latents"].append((rep, server.saved_latent(entry, "7")))
             if case.cache is not None:
-                result["stats"] = server.get("/krea2_cachedit/stats")["runs"][-1]
+                [result["stats"]] = server.stats_for(prompt_id, "5")
     return summarize(results)
 
 

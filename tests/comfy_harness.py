@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACK_DIR_NAME = "krea2_cachedit"
 TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
+STATS_ROUTE = "/krea2_cachedit/stats"
 # Comma-separated test tiers that must all run and pass without a skip (CI sets it; see conftest).
 REQUIRE_TIERS_ENV = "KREA2_REQUIRE_TIERS"
 
@@ -192,6 +192,34 @@ class ComfyServer:
     def run(self, prompt: dict, timeout: float = 600.0) -> dict:
         return self.wait(self.queue(prompt), timeout)
 
+    # --- Cache-DiT stats ---------------------------------------------------------
+    def stats_for(self, prompt_id: str, node_id: str | None = None, runs: int = 1) -> list[dict]:
+        """The stats records of ``prompt_id`` (of its node ``node_id`` when given), oldest first.
+
+        Fails unless there are exactly ``runs``. The newest record on the route may belong to
+        another prompt: when ComfyUI serves a graph it has already run from its output cache,
+        nothing samples and no record is published.
+        """
+        records = [r for r in self.get(STATS_ROUTE)["runs"]
+                   if r["prompt_id"] == prompt_id and (node_id is None or r["node_id"] == str(node_id))]
+        if len(records) != runs:
+            of_node = f" node {node_id}" if node_id is not None else ""
+            raise AssertionError(
+                f"expected {runs} Cache-DiT stats record(s) from prompt {prompt_id}{of_node}, found {len(records)}"
+                f"{' (nothing sampled: was an identical graph served from ComfyUI cache?)' if not records else ''}"
+                f": {records}\n{self.log_tail(3000)}")
+        return records
+
+    def run_with_stats(self, prompt: dict, node_id: str | None = "5", runs: int = 1,
+                       timeout: float = 600.0) -> tuple[dict, list[dict]]:
+        """Run a prompt that must succeed; its history entry and its own stats records (see ``stats_for``)."""
+        prompt_id = self.queue(prompt)
+        entry = self.wait(prompt_id, timeout)
+        error = prompt_error(entry)
+        if error is not None:
+            raise AssertionError(f"prompt failed: {error}\n{self.log_tail()}")
+        return entry, self.stats_for(prompt_id, node_id, runs)
+
     # --- outputs ----------------------------------------------------------------
     def saved_latent(self, entry: dict, node_id: str):
         """Load the latent that a SaveLatent node wrote for this prompt."""
@@ -210,8 +238,3 @@ def prompt_error(entry: dict) -> str | None:
         if kind == "execution_error":
             return f"{data.get('exception_type')}: {data.get('exception_message')}"
     return "failed without an execution_error message"
-
-
-def copy_into(src: Path, dst: Path):
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst)
