@@ -57,10 +57,11 @@ def prepare() -> tuple[Path, Path | None]:
     """The interpreter to run with, and the ComfyUI it will test against (or None)."""
     comfy_root = find_comfyui()
     if comfy_root is None and "comfyui" in required_tiers():
-        raise SystemExit(
-            f"No ComfyUI found, but {REQUIRE_TIERS_ENV}={','.join(required_tiers())} requires the comfyui tier "
-            f"(COMFYUI_PATH={os.environ.get('COMFYUI_PATH', '<unset>')}; looked for ~/comfy/ComfyUI and a "
-            f"custom_nodes parent). Put ComfyUI there or point COMFYUI_PATH at it.")
+        where = (f"COMFYUI_PATH={os.environ['COMFYUI_PATH']} holds no ComfyUI (main.py and comfy/)"
+                 if os.environ.get("COMFYUI_PATH") else
+                 "COMFYUI_PATH is unset, ~/comfy/ComfyUI holds none and this pack is not in a custom_nodes folder")
+        raise SystemExit(f"No ComfyUI found: {where}. {REQUIRE_TIERS_ENV}={','.join(required_tiers())} requires the "
+                         f"comfyui tier, so this run stops here.")
     if comfy_root is not None:
         folder = next((comfy_root / d for d in (".venv", "venv") if (comfy_root / d / "bin" / "python").exists()),
                       comfy_root / ".venv")

@@ -132,13 +132,18 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(result.report(name))
     for skip in _COLLECTION_SKIPS:
         terminalreporter.write_line(f"module skipped at collection: {skip}")
+
+
+def pytest_unconfigure(config):
+    """The verdict on required tiers, last: below pytest's own summary, where a CI log is read."""
     problems = missing_required_tiers()
-    if problems:
-        terminalreporter.write_line(
-            f"{REQUIRE_TIERS_ENV}={','.join(required_tiers())}: CI requires every listed tier to run and pass "
-            f"without a skip. Not met:", red=True, bold=True)
-        for problem in problems:
-            terminalreporter.write_line(f"  {problem}", red=True)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if not problems or reporter is None:
+        return
+    reporter.write_line(f"{REQUIRE_TIERS_ENV}={','.join(required_tiers())}: CI requires every listed tier to run "
+                        f"and pass without a skip. Not met:", red=True, bold=True)
+    for problem in problems:
+        reporter.write_line(f"  {problem}", red=True)
 
 
 # --- ComfyUI -------------------------------------------------------------------------
