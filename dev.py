@@ -18,6 +18,9 @@ it has none) and install this pack's requirements into it, as ComfyUI-Manager
 would; ``test`` also installs ComfyUI-Manager as ComfyUI pins it
 (``manager_requirements.txt``). Otherwise they use ``.venv`` in this folder with a CPU build of torch,
 and the ComfyUI tests are skipped with a message saying so.
+
+CI (``.ci/run``) sets ``KREA2_REQUIRE_TIERS``: then every listed test tier must
+run and pass without a skip, and a missing ComfyUI stops the run at once.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from comfy_harness import find_comfyui  # noqa: E402  (stdlib only)
+from comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # noqa: E402  (stdlib only)
 
 DEV_REQUIREMENTS = ["pytest>=8"]
 # Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.
@@ -61,6 +64,12 @@ def pip_install(python: Path, *args):
 def prepare() -> tuple[Path, Path | None]:
     """The interpreter to run with, and the ComfyUI it will test against (or None)."""
     comfy_root = find_comfyui()
+    if comfy_root is None and "comfyui" in required_tiers():
+        where = (f"COMFYUI_PATH={os.environ['COMFYUI_PATH']} holds no ComfyUI (main.py and comfy/)"
+                 if os.environ.get("COMFYUI_PATH") else
+                 "COMFYUI_PATH is unset, ~/comfy/ComfyUI holds none and this pack is not in a custom_nodes folder")
+        raise SystemExit(f"No ComfyUI found: {where}. {REQUIRE_TIERS_ENV}={','.join(required_tiers())} requires the "
+                         f"comfyui tier, so this run stops here.")
     if comfy_root is not None:
         folder = next((comfy_root / d for d in (".venv", "venv") if (comfy_root / d / "bin" / "python").exists()),
                       comfy_root / ".venv")
@@ -78,13 +87,18 @@ def prepare() -> tuple[Path, Path | None]:
     return python, comfy_root
 
 
+def consequence(tier: str) -> str:
+    """What a failed setup step means for this run."""
+    if tier in required_tiers():
+        return f"{tier} tests will be skipped, and {REQUIRE_TIERS_ENV} makes that fail the run"
+    return f"{tier} tests will be skipped"
+
+
 def prepare_browser():
     """Chromium and playwright-core for the browser tier; the tests skip (and say why) if this fails."""
-    script = REPO / "tests" / "browser" / "setup.sh"
-    if script.exists():
-        result = subprocess.run(["bash", str(script)])
-        print(f"browser setup: {'ok' if result.returncode == 0 else 'FAILED (browser tests will be skipped)'}",
-              flush=True)
+    result = subprocess.run(["bash", str(REPO / "tests" / "browser" / "setup.sh")])
+    status = "ok" if result.returncode == 0 else f"FAILED ({consequence('browser')})"
+    print(f"browser setup: {status}", flush=True)
 
 
 def prepare_manager(python: Path, comfy_root: Path | None):
@@ -104,8 +118,8 @@ def prepare_packaging_tools():
     result = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "comfy-cli"])
     if result.returncode == 0:
         os.environ["KREA2_COMFY_CLI"] = str(python.parent / "comfy")
-    print(f"comfy-cli setup: {'ok' if result.returncode == 0 else 'FAILED (packaging tests will be skipped)'}",
-          flush=True)
+    status = "ok" if result.returncode == 0 else f"FAILED ({consequence('core')}: the packaging tests need it)"
+    print(f"comfy-cli setup: {status}", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -79,12 +79,7 @@ def run_prompt(server: ComfyServer, prompt: dict, timeout: float = 600.0) -> Pro
     entry = server.wait(prompt_id, timeout)
     if prompt_error(entry):
         raise RuntimeError(f"{prompt_error(entry)}\n{server.log_tail()}")
-    stats = None
-    if CACHE_NODE in prompt:
-        records = [r for r in server.get(STATS_ROUTE)["runs"] if r["prompt_id"] == prompt_id]
-        if not records:
-            raise RuntimeError(f"no Cache-DiT stats record for prompt {prompt_id}")
-        stats = records[-1]
+    stats = server.stats_for(prompt_id, CACHE_NODE)[0] if CACHE_NODE in prompt else None
     return PromptRun(execution_seconds(entry), server.saved_latent(entry, LATENT_NODE), stats)
 
 

@@ -4,6 +4,8 @@ Finds ComfyUI the way the README says (``COMFYUI_PATH``, the ComfyUI whose
 ``custom_nodes`` holds this pack, or ``~/comfy/ComfyUI``), gives it a private
 base directory (custom nodes, models, input, output) and talks to it only
 through its public HTTP API, like the graph editor does.
+
+Stdlib only at import time: ``dev.py`` imports it before any environment exists.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,6 +28,13 @@ TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
 # What only the server process knows, served by tests/comfy_test_nodes/measurement.py.
 MEMORY_ROUTE = "/krea2_test/cuda_memory"          # CUDA peak memory: GET reads, POST resets
 COMPILE_ROUTE = "/krea2_test/compile_counters"    # torch._dynamo's graphs, graph breaks, recompiles
+STATS_ROUTE = "/krea2_cachedit/stats"
+# Comma-separated test tiers that must all run and pass without a skip (CI sets it; see conftest).
+REQUIRE_TIERS_ENV = "KREA2_REQUIRE_TIERS"
+
+
+def required_tiers() -> list[str]:
+    return [tier.strip() for tier in os.environ.get(REQUIRE_TIERS_ENV, "").split(",") if tier.strip()]
 
 
 def load_pack():
@@ -41,17 +49,24 @@ def load_pack():
 
 
 def find_comfyui() -> Path | None:
-    """The ComfyUI checkout to test against, or None when there is none."""
-    candidates = []
+    """The ComfyUI checkout to test against, or None when there is none.
+
+    ``COMFYUI_PATH``, when set, is the only place looked at: a wrong path must not
+    quietly fall back to another ComfyUI (and pointing it at an empty folder is how
+    to run as if no ComfyUI were installed).
+    """
     if os.environ.get("COMFYUI_PATH"):
-        candidates.append(Path(os.environ["COMFYUI_PATH"]).expanduser())
+        path = Path(os.environ["COMFYUI_PATH"]).expanduser()
+        return path.resolve() if _is_comfyui(path) else None
+    candidates = []
     if REPO_ROOT.parent.name == "custom_nodes":
         candidates.append(REPO_ROOT.parent.parent)
     candidates.append(Path.home() / "comfy" / "ComfyUI")
-    for path in candidates:
-        if (path / "main.py").is_file() and (path / "comfy").is_dir():
-            return path.resolve()
-    return None
+    return next((path.resolve() for path in candidates if _is_comfyui(path)), None)
+
+
+def _is_comfyui(path: Path) -> bool:
+    return (path / "main.py").is_file() and (path / "comfy").is_dir()
 
 
 def comfyui_python(comfy_root: Path) -> str:
@@ -180,6 +195,34 @@ class ComfyServer:
     def run(self, prompt: dict, timeout: float = 600.0) -> dict:
         return self.wait(self.queue(prompt), timeout)
 
+    # --- Cache-DiT stats ---------------------------------------------------------
+    def stats_for(self, prompt_id: str, node_id: str | None = None, runs: int = 1) -> list[dict]:
+        """The stats records of ``prompt_id`` (of its node ``node_id`` when given), oldest first.
+
+        Fails unless there are exactly ``runs``. The newest record on the route may belong to
+        another prompt: when ComfyUI serves a graph it has already run from its output cache,
+        nothing samples and no record is published.
+        """
+        records = [r for r in self.get(STATS_ROUTE)["runs"]
+                   if r["prompt_id"] == prompt_id and (node_id is None or r["node_id"] == str(node_id))]
+        if len(records) != runs:
+            of_node = f" node {node_id}" if node_id is not None else ""
+            raise AssertionError(
+                f"expected {runs} Cache-DiT stats record(s) from prompt {prompt_id}{of_node}, found {len(records)}"
+                f"{' (nothing sampled: was an identical graph served from ComfyUI cache?)' if not records else ''}"
+                f": {records}\n{self.log_tail(3000)}")
+        return records
+
+    def run_with_stats(self, prompt: dict, node_id: str | None = "5", runs: int = 1,
+                       timeout: float = 600.0) -> tuple[dict, list[dict]]:
+        """Run a prompt that must succeed; its history entry and its own stats records (see ``stats_for``)."""
+        prompt_id = self.queue(prompt)
+        entry = self.wait(prompt_id, timeout)
+        error = prompt_error(entry)
+        if error is not None:
+            raise AssertionError(f"prompt failed: {error}\n{self.log_tail()}")
+        return entry, self.stats_for(prompt_id, node_id, runs)
+
     # --- outputs ----------------------------------------------------------------
     def saved_latent(self, entry: dict, node_id: str):
         """Load the latent that a SaveLatent node wrote for this prompt."""
@@ -198,8 +241,3 @@ def prompt_error(entry: dict) -> str | None:
         if kind == "execution_error":
             return f"{data.get('exception_type')}: {data.get('exception_message')}"
     return "failed without an execution_error message"
-
-
-def copy_into(src: Path, dst: Path):
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst)

@@ -1,13 +1,20 @@
-"""Shared fixtures: the pack loaded as ComfyUI loads it, and the real ComfyUI server.
+"""Shared fixtures (the pack loaded as ComfyUI loads it, the real ComfyUI server) and test tiers.
 
-Test tiers (see README, "Development"):
+Test tiers (see README, "Development"), reported one line each at the end of a run:
 - core: real torch + diffusers + cache-dit, no ComfyUI;
 - comfyui: the real ComfyUI server on the CPU (skipped when no ComfyUI is found);
 - browser: headless Chromium against that server (skipped without Chromium/Node).
+A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it
+uses ComfyUI, else "core"; a new tier needs nothing but the marker.
+
+``KREA2_REQUIRE_TIERS`` (CI sets it, see ``.ci/run``) lists tiers that must each have run and
+passed without a skip: otherwise the run fails and says what was missing.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -16,34 +23,75 @@ import pytest
 TESTS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS_DIR))
 
-from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
+from comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pack, required_tiers  # noqa: E402
 
 load_pack()
 
-_TIERS_RAN: dict[str, int] = {"core": 0, "comfyui": 0, "browser": 0}
-_TIERS_SKIPPED: dict[str, str] = {}
+BASE_TIERS = ("core", "comfyui", "browser")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "comfyui: needs the real ComfyUI server")
-    config.addinivalue_line("markers", "browser: needs headless Chromium and the ComfyUI server")
+    config.addinivalue_line("markers", "tier(name): the test tier this test belongs to (reported per tier)")
 
 
 def _tier(item) -> str:
-    if item.get_closest_marker("browser"):
-        return "browser"
+    marker = item.get_closest_marker("tier")
+    if marker:
+        return marker.args[0]
     # A test is in the ComfyUI tier when it really uses ComfyUI (every server fixture needs comfy_root).
     if "comfy_root" in getattr(item, "fixturenames", ()):
         return "comfyui"
     return "core"
 
 
+@dataclasses.dataclass
+class TierResult:
+    passed: int = 0
+    failed: int = 0
+    xfailed: int = 0
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> tests
+
+    def verdict(self) -> str:
+        if self.failed:
+            return "FAILED"
+        if not (self.passed or self.xfailed):
+            return "SKIPPED" if self.skipped else "NOT RUN"
+        return "INCOMPLETE" if self.skipped else "PASSED"
+
+    def summary(self, name: str) -> str:
+        counts = [f"{n} {what}" for n, what in ((self.passed, "passed"), (self.failed, "failed"),
+                                                 (self.xfailed, "xfailed"), (sum(self.skipped.values()), "skipped"))
+                  if n]
+        return f"TIER {name}: {self.verdict()} ({', '.join(counts) or 'no tests selected'})"
+
+    def report(self, name: str) -> str:
+        return "\n".join([self.summary(name), *(f"    skipped {n}: {why}" for why, n in self.skipped.items())])
+
+
+_OUTCOMES: dict[str, tuple[str, str, str]] = {}   # test id -> (tier, outcome, skip reason)
+_COLLECTION_SKIPS: list[str] = []                # modules skipped before their tests were collected
+
+
+def _skip_reason(report) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 def pytest_runtest_logreport(report):
-    if report.when == "call":
-        _TIERS_RAN[report.tier] = _TIERS_RAN.get(report.tier, 0) + 1
-    elif report.skipped and report.when == "setup":
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _TIERS_SKIPPED.setdefault(report.tier, reason.replace("Skipped: ", ""))
+    """One outcome per test: a failure in any phase wins, then a skip in any phase, then the call's pass."""
+    tier, outcome, reason = _OUTCOMES.get(report.nodeid, (report.tier, "passed", ""))
+    if report.failed:
+        outcome = "failed"
+    elif report.skipped and outcome != "failed":
+        # A strict xfail is a known, documented failure; an XPASS of one is reported as failed.
+        outcome, reason = ("xfailed", "") if hasattr(report, "wasxfail") else ("skipped", _skip_reason(report))
+    _OUTCOMES[report.nodeid] = (tier, outcome, reason)
+
+
+def pytest_collectreport(report):
+    if report.skipped:
+        _COLLECTION_SKIPS.append(f"{report.nodeid}: {_skip_reason(report)}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -52,15 +100,50 @@ def pytest_runtest_makereport(item, call):
     outcome.get_result().tier = _tier(item)
 
 
+def tier_results() -> dict[str, TierResult]:
+    results = {name: TierResult() for name in (*BASE_TIERS, *required_tiers())}
+    for tier, outcome, reason in _OUTCOMES.values():
+        result = results.setdefault(tier, TierResult())
+        if outcome == "skipped":
+            result.skipped[reason] += 1
+        else:
+            setattr(result, outcome, getattr(result, outcome) + 1)
+    return results
+
+
+def missing_required_tiers() -> list[str]:
+    """Why a required tier does not count as passed, one line per tier (and per skipped module)."""
+    results = tier_results()
+    problems = [results[name].summary(name) + "".join(f"; skipped: {why}" for why in results[name].skipped)
+                for name in required_tiers() if results[name].verdict() != "PASSED"]
+    if required_tiers():
+        problems += [f"module skipped at collection: {skip}" for skip in _COLLECTION_SKIPS]
+    return problems
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if missing_required_tiers() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("test tiers")
-    for tier in ("core", "comfyui", "browser"):
-        ran = _TIERS_RAN.get(tier, 0)
-        if ran:
-            terminalreporter.write_line(f"TIER {tier}: RAN ({ran} tests)")
-        else:
-            why = _TIERS_SKIPPED.get(tier, "no tests selected")
-            terminalreporter.write_line(f"TIER {tier}: SKIPPED ({why})")
+    for name, result in tier_results().items():
+        terminalreporter.write_line(result.report(name))
+    for skip in _COLLECTION_SKIPS:
+        terminalreporter.write_line(f"module skipped at collection: {skip}")
+
+
+def pytest_unconfigure(config):
+    """The verdict on required tiers, last: below pytest's own summary, where a CI log is read."""
+    problems = missing_required_tiers()
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if not problems or reporter is None:
+        return
+    reporter.write_line(f"{REQUIRE_TIERS_ENV}={','.join(required_tiers())}: CI requires every listed tier to run "
+                        f"and pass without a skip. Not met:", red=True, bold=True)
+    for problem in problems:
+        reporter.write_line(f"  {problem}", red=True)
 
 
 # --- ComfyUI -------------------------------------------------------------------------

@@ -98,10 +98,8 @@ def run_example(server, prompt: dict) -> tuple[str, dict, dict]:
     check_saved_images(server, prompt, entry)
 
     (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
-    runs = [run for run in server.get("/krea2_cachedit/stats")["runs"]
-            if run["prompt_id"] == prompt_id and run["node_id"] == cache_id]
-    assert len(runs) == 1, f"stats for node {cache_id} of prompt {prompt_id}: {runs}"
-    return prompt_id, entry, runs[0]
+    [record] = server.stats_for(prompt_id, cache_id)
+    return prompt_id, entry, record
 
 
 def saved_rgb(server, image: dict):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 TINY_MODEL = "krea2_tiny.safetensors"
 TINY_CONTEXT_FEATURES = 120  # txtlayers * txtdim of synthetic.Krea2Shape()
 
@@ -12,9 +14,15 @@ CACHE_NODE_DEFAULTS = {
 }
 
 
+# A new value per prompt: ComfyUI keeps the outputs of every graph it ran and serves an identical
+# graph from that cache without sampling, so a test would compare or read stats of an older run.
+_NONCES = itertools.count(1)
+
+
 def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache: dict | None = None,
                  pos_tokens=8, neg_tokens=8, seed=0, size=64, batch=1, model=TINY_MODEL,
-                 prefix="krea2_test", loader: dict | None = None, compile_backend: str | None = None) -> dict:
+                 prefix="krea2_test", loader: dict | None = None, compile_backend: str | None = None,
+                 nonce: int | None = None) -> dict:
     """UNETLoader -> [TorchCompileModel] -> [Krea2CacheDiT] -> KSampler -> SaveLatent, conditioning from the test node.
 
     ``cache=None`` leaves the Cache-DiT node out (the bypassed / plain graph);
@@ -22,13 +30,17 @@ def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache
     puts ComfyUI's TorchCompileModel (that backend) right after the loader. Node
     ids are fixed: "1" loader, "8" TorchCompileModel, "5" Cache-DiT, "6" KSampler,
     "7" SaveLatent.
+
+    Every prompt samples for real: the conditioning nodes get a ``nonce`` new to the
+    session (it changes no tensor, only ComfyUI's cache key). Pass one to allow reuse.
     """
+    nonce = next(_NONCES) if nonce is None else nonce
     prompt = {
         "1": loader or {"class_type": "UNETLoader", "inputs": {"unet_name": model, "weight_dtype": "default"}},
         "2": {"class_type": "Krea2TestConditioning",
-              "inputs": {"seed": 1, "tokens": pos_tokens, "features": TINY_CONTEXT_FEATURES}},
+              "inputs": {"seed": 1, "tokens": pos_tokens, "features": TINY_CONTEXT_FEATURES, "nonce": nonce}},
         "3": {"class_type": "Krea2TestConditioning",
-              "inputs": {"seed": 2, "tokens": neg_tokens, "features": TINY_CONTEXT_FEATURES}},
+              "inputs": {"seed": 2, "tokens": neg_tokens, "features": TINY_CONTEXT_FEATURES, "nonce": nonce}},
         "4": {"class_type": "EmptyLatentImage", "inputs": {"width": size, "height": size, "batch_size": batch}},
         "6": {"class_type": "KSampler", "inputs": {
             "model": ["1", 0], "seed": seed, "steps": steps, "cfg": cfg, "sampler_name": sampler,

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from comfy_harness import ComfyServer
+from comfy_harness import STATS_ROUTE, ComfyServer
 from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
-pytestmark = pytest.mark.browser
+pytestmark = pytest.mark.tier("browser")
 
 BROWSER_DIR = Path(__file__).resolve().parent / "browser"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -186,6 +186,12 @@ def check_chart(shown: dict, record: dict):
     assert abs(float(time[2]) - abs(saved)) <= 0.051 and (time[3] == "saved") == (saved >= 0), (time[0], saved)
 
 
+def records_of(server: ComfyServer, queued: dict[str, list]) -> list[dict]:
+    """Every stats record of the prompts the editor tabs queued (to say what went wrong)."""
+    ids = {prompt_id for ids in queued.values() for prompt_id in ids}
+    return [r for r in server.get(STATS_ROUTE)["runs"] if r["prompt_id"] in ids]
+
+
 def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
     _quiet_first_run(editor_server)
@@ -195,7 +201,6 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     old_layout_path = tmp_path / "old_layout.json"
     old_layout_path.write_text(json.dumps(old_layouts))
     ARTIFACTS.mkdir(exist_ok=True)
-    known_prompts = {r["prompt_id"] for r in editor_server.get("/krea2_cachedit/stats")["runs"]}
 
     driver = subprocess.run(
         [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS),
@@ -206,9 +211,11 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     result = json.loads(result_path.read_text()) if result_path.exists() else {}
     print(f"screenshot: {ARTIFACTS / 'browser_stats.png'}  (frontend {result.get('frontend_version')}, "
           f"run {result.get('run_seconds')}s)")
+    queued = result.get("queued_prompt_ids", {})
     assert driver.returncode == 0 and "error" not in result, (
         f"browser driver failed: {result.get('error')}\nfailed requests: {result.get('failed_requests')}\n"
         f"{driver.stdout[-3000:]}\n{driver.stderr[-3000:]}\n"
+        f"stats records of the queued prompts {queued}: {records_of(editor_server, queued)}\n"
         f"server log:\n{editor_server.log_tail()}")
     assert not result["console_errors"], result["console_errors"]
     ours = [r for r in result["failed_requests"] if "krea2" in r]
@@ -218,11 +225,10 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert result["before_run"] is not None, "no stats panel on the Krea2CacheDiT node"
     assert result["before_run"]["prompt_id"] == "" and result["before_run"]["cells"] == []
 
-    # The record the server kept for this run is the one the node shows.
-    runs = [r for r in editor_server.get("/krea2_cachedit/stats")["runs"] if r["prompt_id"] not in known_prompts]
-    assert len(runs) == 1, runs
-    record = runs[0]
-    assert record["node_id"] == str(CACHE_NODE_ID) and record["steps"] == STEPS
+    # The record the server kept for the one prompt tab A queued is the one the node shows.
+    assert list(queued) == ["A"] and len(queued["A"]) == 1, queued
+    [record] = editor_server.stats_for(queued["A"][0], str(CACHE_NODE_ID))
+    assert record["steps"] == STEPS
     live = result["live"]
     assert (record["client_id"], record["workflow_id"]) == (live["client_id"], live["workflow_id"]), (
         "the record names the tab that queued the prompt and its workflow")

@@ -15,7 +15,7 @@ import pytest
 
 from test_browser import ARTIFACTS, BROWSER_DIR, _quiet_first_run, browser_tools, editor_server  # noqa: F401
 
-pytestmark = pytest.mark.browser
+pytestmark = pytest.mark.tier("browser")
 
 COMPARE_NODE_ID = 3
 SIZE = 48

@@ -14,7 +14,7 @@ import torch
 
 from krea2_cachedit.adapters import registry
 from krea2_cachedit.adapters.cache_run import CacheRun
-from krea2_cachedit.adapters.settings import CacheSettings, plan_run
+from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
 from krea2_cachedit.adapters.synthetic import Krea2Shape, diffusers_transformer
 
@@ -52,11 +52,20 @@ class Stream:
     def __init__(self, branch: int, seed: int, tokens: int = 5):
         self.branch = branch
         self.x, self.context = make_inputs(seed, tokens=tokens)
+        self.inputs: list[torch.Tensor] = []   # the latent each step was called with
         self.outputs: list[torch.Tensor] = []
 
     def advance(self, out, sigma, next_sigma):
+        self.inputs.append(self.x)
         self.outputs.append(out)
         self.x = self.x + (next_sigma - sigma) * out  # an Euler step, so inputs change every step
+
+    def resumed_at(self, step: int) -> "Stream":
+        """This stream as it stood before ``step``, with no outputs yet."""
+        copy = Stream.__new__(Stream)
+        copy.branch, copy.x, copy.context, copy.inputs, copy.outputs = \
+            self.branch, self.inputs[step], self.context, [], []
+        return copy
 
 
 def open_run(transformer, settings: CacheSettings, cfg: float, expects_uncond: bool) -> CacheRun:
@@ -88,6 +97,40 @@ def run_single(transformer, settings, stream: Stream):
     return run
 
 
+def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor]:
+    """What ``stream`` gets alone from step ``start`` on, in a fresh FAST cache that holds the rest
+    of the run's mask (its first step computed: a fresh cache has no residual to serve)."""
+    rest = (1, *plan_run(FAST, STEPS, SHAPE.layers).mask[start + 1:])
+    clock = StepClock(SIGMAS[start:])
+    resumed = stream.resumed_at(start)
+    plan = RunPlan(steps=clock.steps, settings=FAST, mask=rest)
+    with CacheRun(registry.resolve(transformer), plan, clock, cfg=1.0, expects_uncond=False) as run:
+        for i in range(start, STEPS):
+            with run.model_call(SIGMAS[i], [resumed.branch], [resumed.x.shape]):
+                out = forward(transformer, resumed.x, resumed.context, SIGMAS[i])
+            resumed.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return resumed.outputs
+
+
+def plain_outputs(transformer, stream: Stream) -> list[torch.Tensor]:
+    """``stream`` sampled by ``transformer`` without any cache run."""
+    for i in range(STEPS):
+        stream.advance(forward(transformer, stream.x, stream.context, SIGMAS[i]), float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return stream.outputs
+
+
+def clean_block_evals(cached_steps: list[int]) -> int:
+    """Block evaluations of a one-stream run with Fn=1, Bn=0: a cached step runs only the first block."""
+    return (STEPS - len(cached_steps)) * SHAPE.layers + len(cached_steps) * 1
+
+
+def assert_same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor], what: str, first_step: int = 0,
+                        tolerance: float = 0.0):
+    assert len(got) == len(expected), what
+    for step, (a, b) in enumerate(zip(got, expected), start=first_step):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance, msg=f"{what}, step {step}")
+
+
 FAST = CacheSettings(steps_mask="fast")
 
 
@@ -96,8 +139,7 @@ def test_one_call_per_step_caches_the_masked_steps(transformer):
     record = run.record
     assert record.cached_steps == FAST_MASK_CACHED
     assert (record.cfg_mode, record.has_separate_cfg) == ("none", False)
-    # A cached step runs only the Fn=1 first block.
-    assert record.block_evals == 5 * SHAPE.layers + 3 * 1
+    assert record.block_evals == clean_block_evals(FAST_MASK_CACHED)
     assert not hasattr(transformer, "_is_cached"), "cache-dit must be disabled after the run"
 
 
@@ -114,47 +156,56 @@ def test_split_calls_keep_cond_and_uncond_apart(transformer, order):
             torch.testing.assert_close(mixed, reference, rtol=0, atol=0, msg=f"branch {branch} step {step}")
 
 
+def run_batched(transformer, run: CacheRun, uncond: Stream, cond: Stream, steps=range(STEPS)):
+    """uncond and cond batched into one call per step (ComfyUI's order: uncond first)."""
+    for i in steps:
+        x, context = torch.cat([uncond.x, cond.x]), torch.cat([uncond.context, cond.context])
+        with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
+            out = forward(transformer, x, context, SIGMAS[i])
+        uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+
+
 def test_batched_cond_uncond_is_one_stream(transformer):
     uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
     with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
-        for i in range(STEPS):
-            x = torch.cat([uncond.x, cond.x])
-            context = torch.cat([uncond.context, cond.context])
-            with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
-                out = forward(transformer, x, context, SIGMAS[i])
-            uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
-            cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        run_batched(transformer, run, uncond, cond)
     assert (run.record.cfg_mode, run.record.has_separate_cfg) == ("batched", False)
     assert run.record.cached_steps == FAST_MASK_CACHED
-    alone = Stream(COND, 1)
-    run_single(transformer, FAST, alone)
-    for mixed, reference in zip(cond.outputs, alone.outputs):
-        torch.testing.assert_close(mixed, reference, rtol=1e-5, atol=1e-5)
+    # Each half gets what its branch gets alone (up to batch-size rounding): one residual for the
+    # batch holds each half's own residual.
+    for half, seed in ((cond, 1), (uncond, 2)):
+        alone = Stream(half.branch, seed)
+        run_single(transformer, FAST, alone)
+        assert_same_outputs(half.outputs, alone.outputs, f"branch {half.branch}", tolerance=1e-5)
 
 
-def test_a_fixed_has_separate_cfg_false_mixes_split_calls(transformer):
-    """Control for the test above: cache-dit alone, with has_separate_cfg fixed to False, gets split
-    calls wrong (each call counts as a step and both branches share one residual), so that check can fail."""
+@pytest.mark.parametrize("separate_cfg", [False, True], ids=["separate_cfg_off", "separate_cfg_on"])
+def test_cache_dit_alone_keeps_split_calls_apart_only_with_separate_cfg(transformer, separate_cfg):
+    """Control for the split test above: cache-dit alone, configured exactly as a run configures it
+    for split calls except ``enable_separate_cfg``. Off, cond and uncond share one residual (and
+    every call counts as a step); on, each stream gets exactly what it gets alone. So the split
+    test's exact comparison tells a correct setting from a wrong one."""
     import cache_dit
 
-    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=5)}
-    mask = cache_dit.steps_mask(total_steps=2 * STEPS, mask_policy="fast")
-    adapter = cache_dit.BlockAdapter(transformer=transformer, blocks=transformer.transformer_blocks,
+    streams = {COND: Stream(COND, 1), UNCOND: Stream(UNCOND, 2)}  # one shape: a shared residual fits both
+    target = registry.resolve(transformer)
+    plan = plan_run(FAST, STEPS, target.num_blocks)
+    adapter = cache_dit.BlockAdapter(transformer=transformer, blocks=target.blocks,
                                      forward_pattern=cache_dit.ForwardPattern.Pattern_3, has_separate_cfg=False)
-    cache_dit.enable_cache(adapter, cache_config=cache_dit.DBCacheConfig(
-        Fn_compute_blocks=1, Bn_compute_blocks=0, enable_separate_cfg=False, steps_computation_mask=mask,
-        steps_computation_policy="static", num_inference_steps=2 * STEPS))
+    cache_dit.enable_cache(adapter, cache_config=cache_dit.DBCacheConfig(**plan.db_cache_kwargs(0, separate_cfg)))
     try:
         for i in range(STEPS):
             for branch in (COND, UNCOND):
                 s = streams[branch]
-                out = forward(transformer, s.x, s.context, SIGMAS[i])
-                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+                s.advance(forward(transformer, s.x, s.context, SIGMAS[i]), float(SIGMAS[i]), float(SIGMAS[i + 1]))
     finally:
         cache_dit.disable_cache(transformer)
-    alone = Stream(COND, 1, tokens=5)
-    run_single(transformer, FAST, alone)
-    assert not all(torch.equal(a, b) for a, b in zip(streams[COND].outputs, alone.outputs))
+    for branch, seed in ((COND, 1), (UNCOND, 2)):
+        alone = Stream(branch, seed)
+        run_single(transformer, FAST, alone)
+        exact = all(torch.equal(a, b) for a, b in zip(streams[branch].outputs, alone.outputs))
+        assert exact == separate_cfg, f"branch {branch}"
 
 
 def test_several_calls_per_step_count_as_one_step(transformer):
@@ -197,24 +248,27 @@ def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
     """Batched for four steps, then split (as under memory pressure): never serve a stale residual."""
     uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
     with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
-        for i in range(STEPS):
-            if i < 4:
-                x, context = torch.cat([uncond.x, cond.x]), torch.cat([uncond.context, cond.context])
-                with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
-                    out = forward(transformer, x, context, SIGMAS[i])
-                uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
-                cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
-            else:
-                for s in (uncond, cond):
-                    with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
-                        out = forward(transformer, s.x, s.context, SIGMAS[i])
-                    s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        run_batched(transformer, run, uncond, cond, steps=range(4))
+        for i in range(4, STEPS):
+            for s in (uncond, cond):
+                with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
+                    out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
     record = run.record
     assert record.cache_contexts == 2
     assert record.step_states[4] == "computed", "the first split step has no residual of its own yet"
     assert record.cached_steps == [3, 5, 6]
     split_calls = [c for c in record.call_log if c[0] >= 4]
     assert [c[1] for c in split_calls[:2]] == [[UNCOND], [COND]]
+    # Up to the change: exactly a batched run. From it on: each stream exactly what it gets alone
+    # in a fresh cache with the rest of the mask (nothing of the batched residual survives).
+    batched_uncond, batched_cond = Stream(UNCOND, 2), Stream(COND, 1)
+    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as reference:
+        run_batched(transformer, reference, batched_uncond, batched_cond)
+    for got, batched in ((uncond, batched_uncond), (cond, batched_cond)):
+        assert_same_outputs(got.outputs[:4], batched.outputs[:4], f"branch {got.branch} batched")
+        assert_same_outputs(got.outputs[4:], run_alone_from(transformer, got, 4), f"branch {got.branch} split",
+                            first_step=4)
 
 
 def test_order_flip_mid_run_recomputes(transformer):
@@ -228,18 +282,49 @@ def test_order_flip_mid_run_recomputes(transformer):
                 s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
     assert run.record.cache_contexts == 2
     assert run.record.step_states[5] == "computed"
+    # Before the flip: exactly the unflipped split run. From it on: each stream exactly what it
+    # gets alone in a fresh cache with the rest of the mask.
+    _, unflipped = run_split(transformer, FAST, (COND, UNCOND))
+    for branch, s in streams.items():
+        assert_same_outputs(s.outputs[:5], unflipped[branch].outputs[:5], f"branch {branch} before the flip")
+        assert_same_outputs(s.outputs[5:], run_alone_from(transformer, s, 5), f"branch {branch} after the flip",
+                            first_step=5)
 
 
 def test_each_run_starts_clean_and_leaves_the_module_uncached(transformer):
     first, second = Stream(COND, 1), Stream(COND, 1)
     run_single(transformer, FAST, first)
     run_single(transformer, FAST, second)
-    for a, b in zip(first.outputs, second.outputs):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-    plain = Stream(COND, 1)
-    x, context = plain.x, plain.context
-    assert type(transformer.forward).__name__ == "method"
-    torch.testing.assert_close(forward(transformer, x, context, 0.5), forward(transformer, x, context, 0.5))
+    assert_same_outputs(second.outputs, first.outputs, "second run")
+    # After the runs the module samples exactly like a copy that never saw cache-dit.
+    assert not hasattr(transformer, "_is_cached") and type(transformer.forward).__name__ == "method"
+    untouched = diffusers_transformer(SHAPE, seed=3)
+    assert_same_outputs(plain_outputs(transformer, Stream(COND, 1)), plain_outputs(untouched, Stream(COND, 1)),
+                        "after the runs")
+
+
+def test_a_module_left_cached_with_another_config_runs_with_the_runs_own_config():
+    """Someone (another node, a crashed run) left cache-dit on the module with other settings:
+    a run must not inherit them (refreshing the cache context alone would keep the TaylorSeer)."""
+    import cache_dit
+
+    transformer = diffusers_transformer(SHAPE, seed=3)
+    clean = Stream(COND, 1)
+    run_single(transformer, FAST, clean)
+    adapter = cache_dit.BlockAdapter(transformer=transformer, blocks=transformer.transformer_blocks,
+                                     forward_pattern=cache_dit.ForwardPattern.Pattern_3, has_separate_cfg=False)
+    ultra = cache_dit.steps_mask(total_steps=STEPS, mask_policy="ultra")
+    cache_dit.enable_cache(adapter, cache_config=cache_dit.DBCacheConfig(
+        Fn_compute_blocks=2, Bn_compute_blocks=1, steps_computation_mask=ultra, steps_computation_policy="static",
+        num_inference_steps=STEPS), calibrator_config=cache_dit.TaylorSeerCalibratorConfig(taylorseer_order=2))
+    try:
+        after = Stream(COND, 1)
+        run = run_single(transformer, FAST, after)
+    finally:
+        cache_dit.disable_cache(transformer)
+    assert run.record.cached_steps == FAST_MASK_CACHED
+    assert run.record.block_evals == clean_block_evals(FAST_MASK_CACHED)
+    assert_same_outputs(after.outputs, clean.outputs, "after a foreign cache-dit config")
 
 
 def test_an_error_inside_the_run_still_disables_the_cache(transformer):
@@ -256,13 +341,10 @@ def test_an_error_inside_the_run_still_disables_the_cache(transformer):
 
 def test_exact_when_caching_is_off(transformer):
     off = CacheSettings(residual_diff_threshold=0.0, steps_mask="none")
-    cached, plain = Stream(COND, 1), Stream(COND, 1)
+    cached = Stream(COND, 1)
     run = run_single(transformer, off, cached)
-    for i in range(STEPS):
-        plain.advance(forward(transformer, plain.x, plain.context, SIGMAS[i]), float(SIGMAS[i]), float(SIGMAS[i + 1]))
     assert run.record.cached_steps == []
-    for a, b in zip(cached.outputs, plain.outputs):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert_same_outputs(cached.outputs, plain_outputs(transformer, Stream(COND, 1)), "caching off")
 
 
 def test_threshold_caching_without_a_mask(transformer):
@@ -274,12 +356,19 @@ def test_threshold_caching_without_a_mask(transformer):
     assert all(not {s, s + 1, s + 2} <= set(cached) for s in cached), "at most 2 cached steps in a row"
 
 
-def test_taylorseer_runs(transformer):
+def test_taylorseer_extrapolates_the_cached_steps(transformer):
     settings = CacheSettings(steps_mask="fast", enable_taylorseer=True, taylorseer_order=2)
-    stream = Stream(COND, 1)
-    run = run_single(transformer, settings, stream)
+    with_taylorseer, without = Stream(COND, 1), Stream(COND, 1)
+    run = run_single(transformer, settings, with_taylorseer)
+    run_single(transformer, FAST, without)
     assert run.record.cached_steps == FAST_MASK_CACHED
-    assert all(torch.isfinite(o).all() for o in stream.outputs)
+    assert all(torch.isfinite(o).all() for o in with_taylorseer.outputs)
+    # Only TaylorSeer changes what a cached step serves (the extrapolated residual instead of the
+    # last one), so the first step where the runs part is a cached one. Here that is step 5, not 3:
+    # cache-dit's TaylorSeer state has its first derivative only from its third update on.
+    differs = [step for step, (a, b) in enumerate(zip(with_taylorseer.outputs, without.outputs))
+               if not torch.equal(a, b)]
+    assert differs and differs[0] in FAST_MASK_CACHED, differs
 
 
 def test_unsupported_module_is_named_in_the_error():

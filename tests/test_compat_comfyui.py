@@ -25,14 +25,13 @@ TINY_BLOCKS = 4
 
 
 def run(server, prompt, node_id="5"):
-    """The latent a prompt saved and the stats record it published for ``node_id`` (None without one)."""
+    """The latent a prompt saved and the stats record it published for ``node_id`` (None when the
+    prompt has no such node; a prompt with the node must have published its own record)."""
     prompt_id = server.queue(prompt)
     entry = server.wait(prompt_id)
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    runs = [r for r in server.get("/krea2_cachedit/stats")["runs"]
-            if r["prompt_id"] == prompt_id and r["node_id"] == node_id]
-    assert len(runs) <= 1
-    return server.saved_latent(entry, "7"), (runs[0] if runs else None)
+    record = server.stats_for(prompt_id, node_id)[0] if node_id in prompt else None
+    return server.saved_latent(entry, "7"), record
 
 
 # --- model patches that use block indices ----------------------------------------------------

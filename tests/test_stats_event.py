@@ -68,9 +68,8 @@ async def _queue_and_listen(server_url: str, body: dict) -> tuple[str, list[dict
 
 
 def _record(server, prompt_id: str) -> dict:
-    records = [r for r in server.get("/krea2_cachedit/stats")["runs"] if r["prompt_id"] == prompt_id]
-    assert len(records) == 1, f"no single stats record for prompt {prompt_id}: {records}"
-    return records[0]
+    [record] = server.stats_for(prompt_id, "5")
+    return record
 
 
 def _stats_events(events: list[dict]) -> list[dict]:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what tests/test_browser.py needs: Debian's chromium and the pinned
 # playwright-core (npm ci here). Prints one "BROWSER SETUP: OK" or
-# "BROWSER SETUP: FAILED (...)" line and always exits 0: without a browser the
-# browser tests skip with a message, they don't fail the rest of CI.
+# "BROWSER SETUP: FAILED (...)" line, and exits 1 on failure. dev.py goes on
+# either way: without a browser the browser tests skip and say why (and a run
+# that requires the browser tier, like CI's, fails on that skip).
 set -u
 cd "$(dirname "$0")"
 
@@ -34,5 +35,5 @@ if [ ${#problems[@]} -eq 0 ] && [ -x "$chromium" ] && [ -d node_modules/playwrig
 else
   [ ${#problems[@]} -eq 0 ] && problems=("chromium or playwright-core missing")
   echo "BROWSER SETUP: FAILED ($(printf '%s; ' "${problems[@]}" | sed 's/; $//'))"
+  exit 1
 fi
-exit 0

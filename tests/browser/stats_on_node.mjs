@@ -28,7 +28,7 @@ const context = await chromium.launchPersistentContext(profile, {
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
-const result = { console_errors: [], failed_requests: [], console_info: [] };
+const result = { console_errors: [], failed_requests: [], console_info: [], queued_prompt_ids: {} };
 
 // One editor tab: its page and what it can read off the node.
 function editor(page, name) {
@@ -42,6 +42,11 @@ function editor(page, name) {
     else if (/krea2|Unknown message type/i.test(text)) result.console_errors.push(`${name}: ${text}`);
   });
   page.on("response", async (response) => {
+    // The ids the server gave this tab's queued prompts: the test reads their stats by id.
+    if (response.ok() && response.request().method() === "POST" && response.url().endsWith("/api/prompt")) {
+      const { prompt_id: promptId } = await response.json().catch(() => ({}));
+      (result.queued_prompt_ids[name] ??= []).push(promptId ?? null);
+    }
     if (response.status() < 400) return;
     // A rejected prompt says why in its body; other misses are just listed.
     const why = response.url().endsWith("/api/prompt") ? ` ${await response.text().catch(() => "")}` : "";

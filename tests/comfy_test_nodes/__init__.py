@@ -16,6 +16,10 @@ Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
 and yields seeded-random conditioning of the shape the native ``krea2`` text
 encoder produces: ``(1, tokens, txtlayers * txtdim)``.
+
+Its optional ``nonce`` changes nothing in the output, only ComfyUI's cache key:
+a prompt with a new nonce samples again even when an identical graph ran before
+(ComfyUI would otherwise serve the sampler's output from its cache).
 """
 
 import torch
@@ -35,9 +39,11 @@ class Krea2TestConditioning:
             "seed": ("INT", {"default": 0, "min": 0, "max": 2**31}),
             "tokens": ("INT", {"default": 8, "min": 1, "max": 4096}),
             "features": ("INT", {"default": 120, "min": 1, "max": 1 << 20}),
+        }, "optional": {
+            "nonce": ("INT", {"default": 0, "min": 0, "max": 2**62}),
         }}
 
-    def make(self, seed, tokens, features):
+    def make(self, seed, tokens, features, nonce=0):
         generator = torch.Generator().manual_seed(seed)
         context = torch.randn((1, tokens, features), generator=generator)
         return ([[context, {}]],)
