@@ -145,8 +145,8 @@ class CacheRun:
     """cache-dit enabled on ``target`` for one sampling run; use as a context manager."""
 
     def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, cfg: float,
-                 expects_uncond: bool, node_id: str = "", prompt_id: str = "", guidance: dict | None = None,
-                 host=None, conds_per_step: int | None = None):
+                 conds_per_step: int, node_id: str = "", prompt_id: str = "", guidance: dict | None = None,
+                 host=None):
         self.target = target
         # The module the sampler calls (the transformer, or a module around it); calls into any
         # other module (e.g. a copy on another GPU) are not this run's.
@@ -156,7 +156,7 @@ class CacheRun:
         self.cfg = float(cfg)
         self.guidance = dict(guidance or {})
         # How many conds the guider evaluates per step (1 without an uncond pass).
-        self.conds_per_step = conds_per_step if conds_per_step is not None else (2 if expects_uncond else 1)
+        self.conds_per_step = int(conds_per_step)
         self.node_id = node_id
         self.prompt_id = prompt_id
         self.layout: CallLayout | None = None

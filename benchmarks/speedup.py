@@ -46,17 +46,29 @@ class Case:
     compile_backend: str | None = None  # TorchCompileModel before the cache node; None = eager
 
 
-def default_cases(steps: int, cfg: float, raw: bool) -> list[Case]:
+OFF = {"residual_diff_threshold": 0.0}  # the node with caching off: the uncached run, timed by the node
+
+
+def default_cases(steps: int, cfg: float, raw: bool, compile_backend: str | None = None) -> list[Case]:
     cases = [
         Case("uncached", steps, cfg, None),
+        Case("caching off", steps, cfg, OFF),
         Case("node defaults", steps, cfg, {}),
         Case("steps_mask fast", steps, cfg, {"steps_mask": "fast"}),
         Case("steps_mask ultra", steps, cfg, {"steps_mask": "ultra"}),
     ]
     if raw:
-        cases += [Case("raw uncached", 52, 3.5, None), Case("raw node defaults", 52, 3.5, {}),
-                  Case("raw steps_mask medium", 52, 3.5, {"steps_mask": "medium"})]
+        cases += [Case("raw uncached", 52, 3.5, None), Case("raw caching off", 52, 3.5, OFF),
+                  Case("raw node defaults", 52, 3.5, {}), Case("raw steps_mask medium", 52, 3.5, {"steps_mask": "medium"})]
+    if compile_backend:
+        cases = [dataclasses.replace(c, name=f"compiled {c.name}", compile_backend=compile_backend) for c in cases]
     return cases
+
+
+def reference_case(name: str) -> str:
+    """The uncached case a case is compared with: same workload, same compile."""
+    prefix = "compiled " if name.startswith("compiled ") else ""
+    return f"{prefix}{'raw ' if 'raw ' in name else ''}uncached"
 
 
 # --- through the real ComfyUI ------------------------------------------------------------
@@ -118,8 +130,8 @@ def case_prompt(case: Case, model_name: str, features: int, seed: int, size: int
 
 
 def measure(server: ComfyServer, args, model_name: str, features: int) -> list[dict]:
-    cases = default_cases(args.steps, args.cfg, args.raw)
-    results = {c.name: {"case": c, "times": [], "latents": [], "stats": None} for c in cases}
+    cases = default_cases(args.steps, args.cfg, args.raw, "inductor" if args.compile else None)
+    results = {c.name: {"case": c, "times": [], "latents": [], "stats": []} for c in cases}
     print("Warming up (model load, first runs) ...", flush=True)
     for case in cases:
         run_prompt(server, case_prompt(case, model_name, features, 10_000, args.size, args.tokens))
@@ -130,7 +142,8 @@ def measure(server: ComfyServer, args, model_name: str, features: int) -> list[d
             result = results[case.name]
             result["times"].append(run.seconds)
             result["latents"].append((rep, run.latent))
-            result["stats"] = run.stats or result["stats"]
+            if run.stats:
+                result["stats"].append(run.stats)
     return summarize(results)
 
 
@@ -138,20 +151,35 @@ def summarize(results: dict) -> list[dict]:
     rows = []
     for name, result in results.items():
         case = result["case"]
-        reference = results["raw uncached" if name.startswith("raw") else "uncached"]
+        reference = results[reference_case(name)]
         base_time = statistics.median(reference["times"])
         time_ = statistics.median(result["times"])
         deviation = max(relative_l2(lat, ref)
                         for (_, lat), (_, ref) in zip(sorted(result["latents"], key=lambda t: t[0]),
                                                       sorted(reference["latents"], key=lambda t: t[0])))
-        stats = result["stats"]
+        stats = result["stats"][-1] if result["stats"] else None
         ideal = stats["ideal_speedup"] if stats else 1.0
         wall = base_time / time_
         rows.append({"case": name, "steps": case.steps, "cfg": case.cfg, "seconds": time_,
                      "cached": f"{len(stats['cached_steps'])}/{stats['steps']}" if stats else "-",
                      "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall,
-                     "efficiency": wall / ideal, "deviation": deviation})
+                     "efficiency": wall / ideal, "deviation": deviation,
+                     "estimate_error": estimate_error(result, results.get(reference_case(name).replace(
+                         "uncached", "caching off")))})
     return rows
+
+
+def estimate_error(result: dict, caching_off: dict | None) -> float | None:
+    """How far the node's estimate of the uncached time is from the uncached time it measured.
+
+    A cached run estimates what it would have taken uncached (``estimated_uncached_s``); the same
+    graph with caching off measures that (its ``duration_s``, the same span of the run).
+    """
+    if not result["stats"] or not caching_off or not caching_off["stats"] or result is caching_off:
+        return None
+    estimated = statistics.median(s["estimated_uncached_s"] for s in result["stats"])
+    measured = statistics.median(s["duration_s"] for s in caching_off["stats"])
+    return estimated / measured - 1.0
 
 
 # --- through the adapters only (no ComfyUI) -----------------------------------------------
@@ -183,7 +211,7 @@ def run_adapters(args) -> list[dict]:
         if settings is not None:
             target = registry.resolve(transformer)
             clock = StepClock(sigmas)
-            run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, 1.0, False)
+            run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, 1.0, conds_per_step=1)
         started = time.perf_counter()
         with torch.inference_mode(), (run if run else contextlib.nullcontext()):
             for i in range(args.steps):
@@ -192,11 +220,11 @@ def run_adapters(args) -> list[dict]:
                 x = x + (sigmas[i + 1] - sigmas[i]) * v
         return time.perf_counter() - started, x, (run.record.as_dict() if run else None)
 
-    cases = {"uncached": None, "node defaults": CacheSettings(),
-             "steps_mask fast": CacheSettings(steps_mask="fast"),
+    cases = {"uncached": None, "caching off": CacheSettings(residual_diff_threshold=0.0),
+             "node defaults": CacheSettings(), "steps_mask fast": CacheSettings(steps_mask="fast"),
              "steps_mask ultra": CacheSettings(steps_mask="ultra")}
     results = {name: {"case": Case(name, args.steps, 1.0, {} if s else None), "times": [], "latents": [],
-                      "stats": None} for name, s in cases.items()}
+                      "stats": []} for name, s in cases.items()}
     for name, settings in cases.items():
         sample(settings, seed=10_000)  # warm-up
     for rep in range(args.repeats):
@@ -204,20 +232,25 @@ def run_adapters(args) -> list[dict]:
             seconds, latent, stats = sample(settings, seed=rep)
             results[name]["times"].append(seconds)
             results[name]["latents"].append((rep, latent))
-            results[name]["stats"] = stats
+            if stats:
+                results[name]["stats"].append(stats)
     return summarize(results)
 
 
 def print_table(rows: list[dict], where: str):
     print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of side-by-side runs:")
-    header = f"{'setting':<22}{'steps':>6}{'cfg':>5}{'mode':>9}{'cached':>8}{'s/run':>8}{'ideal':>7}{'wall':>7}{'wall/ideal':>11}{'deviation':>11}"
+    header = (f"{'setting':<31}{'steps':>6}{'cfg':>5}{'mode':>9}{'cached':>8}{'s/run':>8}{'ideal':>7}{'wall':>7}"
+              f"{'wall/ideal':>11}{'deviation':>11}{'est. error':>11}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['case']:<22}{r['steps']:>6}{r['cfg']:>5g}{r['cfg_mode']:>9}{r['cached']:>8}{r['seconds']:>8.2f}"
-              f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{r['efficiency']:>10.0%}{r['deviation']:>11.4f}")
-    print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time; "
-          "deviation = relative L2 distance of the final latent from the uncached one (same seed).")
+        error = "-" if r.get("estimate_error") is None else f"{r['estimate_error']:+.1%}"
+        print(f"{r['case']:<31}{r['steps']:>6}{r['cfg']:>5g}{r['cfg_mode']:>9}{r['cached']:>8}{r['seconds']:>8.2f}"
+              f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{r['efficiency']:>10.0%}{r['deviation']:>11.4f}{error:>11}")
+    print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time (compiled "
+          "cases: against compiled uncached); deviation = relative L2 distance of the final latent from the "
+          "uncached one (same seed); est. error = the node's estimate of the uncached run time against the "
+          "same graph with caching off.")
 
 
 def main(argv=None):
@@ -231,6 +264,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--raw", action="store_true", help="also run Krea-2 Raw settings (52 steps, CFG 3.5)")
     parser.add_argument("--adapters-only", action="store_true", help="skip ComfyUI even when it is found")
+    parser.add_argument("--compile", action="store_true",
+                        help="every case behind ComfyUI's TorchCompileModel (inductor), before the node")
     args = parser.parse_args(argv)
     if args.model:
         args.gpu = True

@@ -82,8 +82,7 @@ def outer_sample_wrapper(executor, *args, **kwargs):
         return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, MULTI_GPU_REFUSAL)
     for warning in plan.warnings:
         logger.warning("Krea-2 Cache-DiT: %s", warning)
-    run = CacheRun(target, plan, clock, cfg=guidance.cfg, expects_uncond=guidance.conds_per_step > 1,
-                   conds_per_step=guidance.conds_per_step,
+    run = CacheRun(target, plan, clock, cfg=guidance.cfg, conds_per_step=guidance.conds_per_step,
                    node_id=holder.node_id, prompt_id=_prompt_id(), guidance=guidance.as_dict(),
                    host=guider.model_patcher.model.diffusion_model)
     _report_steps_to(clock, args, kwargs)

@@ -68,16 +68,16 @@ class Stream:
         return copy
 
 
-def open_run(transformer, settings: CacheSettings, cfg: float, expects_uncond: bool) -> CacheRun:
+def open_run(transformer, settings: CacheSettings, cfg: float, conds_per_step: int) -> CacheRun:
     target = registry.resolve(transformer)
     clock = StepClock(SIGMAS)
-    return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, cfg, expects_uncond)
+    return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, cfg, conds_per_step)
 
 
 def run_split(transformer, settings, order):
     """cond and uncond as separate calls, in ``order`` each step."""
     streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
-    with open_run(transformer, settings, cfg=3.5, expects_uncond=True) as run:
+    with open_run(transformer, settings, cfg=3.5, conds_per_step=2) as run:
         for i in range(STEPS):
             for branch in order:
                 s = streams[branch]
@@ -89,7 +89,7 @@ def run_split(transformer, settings, order):
 
 def run_single(transformer, settings, stream: Stream):
     """One stream alone, one call per step: the reference for what that stream should get."""
-    with open_run(transformer, settings, cfg=1.0, expects_uncond=False) as run:
+    with open_run(transformer, settings, cfg=1.0, conds_per_step=1) as run:
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
                 out = forward(transformer, stream.x, stream.context, SIGMAS[i])
@@ -104,7 +104,7 @@ def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor
     clock = StepClock(SIGMAS[start:])
     resumed = stream.resumed_at(start)
     plan = RunPlan(steps=clock.steps, settings=FAST, mask=rest)
-    with CacheRun(registry.resolve(transformer), plan, clock, cfg=1.0, expects_uncond=False) as run:
+    with CacheRun(registry.resolve(transformer), plan, clock, cfg=1.0, conds_per_step=1) as run:
         for i in range(start, STEPS):
             with run.model_call(SIGMAS[i], [resumed.branch], [resumed.x.shape]):
                 out = forward(transformer, resumed.x, resumed.context, SIGMAS[i])
@@ -168,7 +168,7 @@ def run_batched(transformer, run: CacheRun, uncond: Stream, cond: Stream, steps=
 
 def test_batched_cond_uncond_is_one_stream(transformer):
     uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
         run_batched(transformer, run, uncond, cond)
     assert (run.record.cfg_mode, run.record.has_separate_cfg) == ("batched", False)
     assert run.record.cached_steps == FAST_MASK_CACHED
@@ -212,7 +212,7 @@ def test_several_calls_per_step_count_as_one_step(transformer):
     """heun-like: a second evaluation at the next sigma; dpm-2s-like: one at an intermediate sigma."""
     stream = Stream(COND, 1)
     extra_calls = []
-    with open_run(transformer, FAST, cfg=1.0, expects_uncond=False) as run:
+    with open_run(transformer, FAST, cfg=1.0, conds_per_step=1) as run:
         for i in range(STEPS):
             for sigma in (SIGMAS[i], (SIGMAS[i] + SIGMAS[i + 1]) / 2):
                 with run.model_call(sigma, [COND], [stream.x.shape]) as served:
@@ -233,7 +233,7 @@ def test_several_calls_per_step_count_as_one_step(transformer):
 def test_more_than_two_streams_per_step_do_not_crash_or_mix(transformer):
     """Area conds: cond, uncond and a further cond of another shape as separate calls."""
     streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7), Stream(COND, 3, tokens=9)]
-    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
         for i in range(STEPS):
             for s in streams:
                 with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
@@ -247,7 +247,7 @@ def test_more_than_two_streams_per_step_do_not_crash_or_mix(transformer):
 def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
     """Batched for four steps, then split (as under memory pressure): never serve a stale residual."""
     uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
         run_batched(transformer, run, uncond, cond, steps=range(4))
         for i in range(4, STEPS):
             for s in (uncond, cond):
@@ -263,7 +263,7 @@ def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
     # Up to the change: exactly a batched run. From it on: each stream exactly what it gets alone
     # in a fresh cache with the rest of the mask (nothing of the batched residual survives).
     batched_uncond, batched_cond = Stream(UNCOND, 2), Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as reference:
+    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as reference:
         run_batched(transformer, reference, batched_uncond, batched_cond)
     for got, batched in ((uncond, batched_uncond), (cond, batched_cond)):
         assert_same_outputs(got.outputs[:4], batched.outputs[:4], f"branch {got.branch} batched")
@@ -273,7 +273,7 @@ def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
 
 def test_order_flip_mid_run_recomputes(transformer):
     streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
-    with open_run(transformer, FAST, cfg=3.5, expects_uncond=True) as run:
+    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
         for i in range(STEPS):
             for branch in ((COND, UNCOND) if i < 5 else (UNCOND, COND)):
                 s = streams[branch]
@@ -329,7 +329,7 @@ def test_a_module_left_cached_with_another_config_runs_with_the_runs_own_config(
 
 def test_an_error_inside_the_run_still_disables_the_cache(transformer):
     stream = Stream(COND, 1)
-    run = open_run(transformer, FAST, cfg=1.0, expects_uncond=False)
+    run = open_run(transformer, FAST, cfg=1.0, conds_per_step=1)
     with pytest.raises(RuntimeError, match="boom"):
         with run:
             with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
