@@ -142,45 +142,44 @@ class DecisionRules:
         """What cache-dit decides at each of ``steps`` when the change from step k to t is ``change(k, t)``."""
         threshold = self.threshold if threshold is None else threshold
         rules = self if threshold == self.threshold else dataclasses.replace(self, threshold=threshold)
+
+        def by_threshold(step: int, reference: int | None) -> tuple[bool, str]:
+            value = None if reference is None else change(reference, step)
+            if value is None:
+                return False, NO_REFERENCE
+            # cache-dit: change < threshold, and a threshold of 1 or more caches without comparing.
+            return threshold >= 1.0 or value < threshold, THRESHOLD
+
+        return rules._walk(steps, by_threshold)
+
+    def explain(self, steps: list[int], cached: dict[int, bool]) -> dict[int, str]:
+        """The reason for each step's actual outcome (the same rules, following what really happened)."""
+        def as_it_happened(step: int, reference: int | None) -> tuple[bool, str]:
+            return cached.get(step, False), (THRESHOLD if reference is not None else NO_REFERENCE)
+
+        decisions = self._walk(steps, as_it_happened, follow=cached)
+        return {step: reason for step, (_, reason) in decisions.items()}
+
+    def _walk(self, steps: list[int], by_threshold, follow: dict[int, bool] | None = None):
+        """cache-dit's per-step state (reference step, cached count, streak) through ``steps``.
+
+        The rules force what they can; ``by_threshold(step, reference)`` decides the rest.
+        ``follow`` gives the outcomes to carry the state with instead (what really happened).
+        """
         decisions: dict[int, tuple[bool, str]] = {}
         reference, cached_count, continuous, previous_cached = None, 0, 0, False
         for step in steps:
             if not previous_cached:
                 continuous = 0
-            forced = rules.gate(step, cached_count, continuous)
-            if forced is not None:
-                cached, reason = forced
-            elif reference is None or change(reference, step) is None:
-                cached, reason = False, NO_REFERENCE
-            else:
-                # cache-dit: diff < threshold, and a threshold of 1 or more caches without comparing.
-                cached, reason = threshold >= 1.0 or change(reference, step) < threshold, THRESHOLD
-            decisions[step] = (cached, reason)
+            decision = self.gate(step, cached_count, continuous) or by_threshold(step, reference)
+            decisions[step] = decision
+            cached = decision[0] if follow is None else follow.get(step, False)
             if cached:
                 cached_count, continuous = cached_count + 1, continuous + 1
             else:
                 reference = step
             previous_cached = cached
         return decisions
-
-    def explain(self, steps: list[int], cached: dict[int, bool]) -> dict[int, str]:
-        """The reason for each step's actual outcome (the same rules, following what really happened)."""
-        reasons: dict[int, str] = {}
-        reference, cached_count, continuous, previous_cached = None, 0, 0, False
-        for step in steps:
-            if not previous_cached:
-                continuous = 0
-            forced = self.gate(step, cached_count, continuous)
-            if forced is not None:
-                reasons[step] = forced[1]
-            else:
-                reasons[step] = THRESHOLD if reference is not None else NO_REFERENCE
-            if cached.get(step, False):
-                cached_count, continuous = cached_count + 1, continuous + 1
-            else:
-                reference = step
-            previous_cached = cached.get(step, False)
-        return reasons
 
 
 # --- the threshold advisor -----------------------------------------------------------------

@@ -27,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from comfy_harness import ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
+from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
 from krea2_prompts import krea2_prompt  # noqa: E402
 
 STATS_ROUTE = "/krea2_cachedit/stats"
@@ -135,6 +135,7 @@ def measure(server: ComfyServer, args, model_name: str, features: int) -> list[d
     print("Warming up (model load, first runs) ...", flush=True)
     for case in cases:
         run_prompt(server, case_prompt(case, model_name, features, 10_000, args.size, args.tokens))
+    compiled_after_warmup = server.get(COMPILE_ROUTE) if args.compile else None
     for rep in range(args.repeats):
         # Alternate the order so drift (thermal, background load) hits every case alike.
         for case in (cases if rep % 2 == 0 else list(reversed(cases))):
@@ -144,6 +145,10 @@ def measure(server: ComfyServer, args, model_name: str, features: int) -> list[d
             result["latents"].append((rep, run.latent))
             if run.stats:
                 result["stats"].append(run.stats)
+    if compiled_after_warmup is not None:
+        # The cache's per-step decisions must not make torch.compile compile again once warm.
+        print(f"torch.compile after the warm-up: {compiled_after_warmup}; after every timed run: "
+              f"{server.get(COMPILE_ROUTE)}", flush=True)
     return summarize(results)
 
 
@@ -280,7 +285,26 @@ def main(argv=None):
         rows = run_adapters(args)
         where = "adapters only, CPU, generated mid-size Krea-2"
     print_table(rows, where)
+    print_checks(rows)
     return rows
+
+
+# What the pack promises, checked on every benchmark run (timings on a shared CPU are noisy:
+# use enough --repeats before reading much into a miss).
+ESTIMATE_TOLERANCE = 0.15     # the node's "estimated uncached" against the measured uncached run
+CACHED_EFFICIENCY_FLOOR = 0.90  # wall-clock speedup of a cached case as a share of its ideal
+
+
+def print_checks(rows: list[dict]):
+    for r in rows:
+        if r.get("estimate_error") is not None:
+            verdict = "ok" if abs(r["estimate_error"]) <= ESTIMATE_TOLERANCE else "OVER"
+            print(f"check: {r['case']}: time estimate {r['estimate_error']:+.1%} "
+                  f"(within {ESTIMATE_TOLERANCE:.0%}: {verdict})")
+        if r["ideal"] > 1.0:
+            verdict = "ok" if r["efficiency"] >= CACHED_EFFICIENCY_FLOOR else "BELOW"
+            print(f"check: {r['case']}: {r['efficiency']:.0%} of the ideal speedup "
+                  f"(at least {CACHED_EFFICIENCY_FLOOR:.0%}: {verdict})")
 
 
 if __name__ == "__main__":

@@ -222,6 +222,12 @@ function render(panel, record) {
   const steps = record.steps;
   const partial = record.partial_steps?.length ? ` (+${record.partial_steps.length} partial)` : "";
   out.add(el("div", {}, `Cached steps: ${record.cached_steps.length}/${steps}${partial}`), LINE);
+  if (record.status && record.status !== "ok") {
+    // interrupted, error, or skipped (left uncached on purpose; the warning below says why)
+    const status = el("div", { color: "#e0a040" }, `Run ${record.status}`);
+    status.dataset.role = "status";
+    out.add(status, LINE);
+  }
   out.add(el("div", {}, `Block evals saved: ${pct(record.blocks_saved)} ` +
     `(${record.block_evals}/${record.block_evals_uncached} run)`), LINE);
   const time = timeText(record);

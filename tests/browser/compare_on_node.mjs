@@ -3,26 +3,17 @@
 //
 // usage: node compare_on_node.mjs <comfyui url> <workflow.json> <out dir>
 // writes <out dir>/compare_result.json and <out dir>/browser_compare.png
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { launchHeadless } from "./headless_editor.mjs";
 
 const [url, workflowPath, outDir] = process.argv.slice(2);
 const workflow = JSON.parse(readFileSync(workflowPath, "utf8"));
-const chromiumPath = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const RUN_TIMEOUT_MS = Number(process.env.KREA2_BROWSER_RUN_TIMEOUT_MS || 120_000);
 // The widget the editor adds to a node for the progress text the server sends it.
 const TEXT_WIDGET = "$$node-text-preview";
 
-const profile = mkdtempSync(join(tmpdir(), "krea2-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: chromiumPath,
-  headless: true,
-  viewport: { width: 1400, height: 900 },
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const { context, close } = await launchHeadless();
 const result = { console_errors: [], failed_requests: [] };
 try {
   const page = context.pages()[0] ?? (await context.newPage());
@@ -84,7 +75,6 @@ try {
   result.error = String(error?.stack || error);
 } finally {
   writeFileSync(join(outDir, "compare_result.json"), JSON.stringify(result, null, 2));
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }
 process.exit(result.error ? 1 : 0);

@@ -8,26 +8,17 @@
 // usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir> <old-layout workflows.json>
 // writes <out dir>/result.json, browser_stats.png (the editor after the run), and close-ups of
 // the node: browser_stats_node.png (classic canvas) and browser_stats_nodes2.png (Nodes 2.0)
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { launchHeadless } from "./headless_editor.mjs";
 
 const [url, workflowPath, outDir, oldLayoutPath] = process.argv.slice(2);
 const workflow = JSON.parse(readFileSync(workflowPath, "utf8"));
 const oldLayouts = JSON.parse(readFileSync(oldLayoutPath, "utf8")); // {preset: workflow}
-const chromiumPath = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const RUN_TIMEOUT_MS = Number(process.env.KREA2_BROWSER_RUN_TIMEOUT_MS || 240_000);
 const EVENT = "krea2_cachedit.stats";
 
-const profile = mkdtempSync(join(tmpdir(), "krea2-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: chromiumPath,
-  headless: true,
-  viewport: { width: 1400, height: 900 },
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
+const { context, close } = await launchHeadless();
 const result = { console_errors: [], failed_requests: [], console_info: [], queued_prompt_ids: {} };
 
 // One editor tab: its page and what it can read off the node.
@@ -146,6 +137,12 @@ try {
     await a.page.waitForFunction(
       (id) => !!window.krea2TestPanel(id)?.dataset.promptId || window.krea2TestEnded.length > 0,
       cacheNodeId, { timeout: RUN_TIMEOUT_MS, polling: 250 });
+    // The node grows to fit the new content on the next canvas frames: give it a moment
+    // (a panel that never fits is still read, and the test says so).
+    await a.page.waitForFunction((id) => {
+      const panel = window.krea2TestPanel(id);
+      return !!panel && panel.scrollHeight <= panel.clientHeight + 1;
+    }, cacheNodeId, { timeout: 5_000, polling: 100 }).catch(() => {});
     const shown = await a.read(cacheNodeId);
     if (!shown?.prompt_id) {
       const ended = await a.page.evaluate(() => window.krea2TestEnded);
@@ -243,7 +240,6 @@ try {
   result.error = String(error?.stack || error);
 } finally {
   writeFileSync(join(outDir, "result.json"), JSON.stringify(result, null, 2));
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
+  await close();
 }
 process.exit(result.error ? 1 : 0);
