@@ -33,11 +33,9 @@ from .diagnostics import DecisionRules, StreamTrace, estimate_uncached_seconds, 
 from .registry import ResolvedTransformer
 from .settings import RunPlan
 from .stats import CallOutcome, RunRecord, summarize_steps
-from .step_clock import StepClock
+from .step_clock import StepClock, sigma_value
 
 logger = logging.getLogger(__name__)
-
-COND, UNCOND = 0, 1
 
 
 @contextlib.contextmanager
@@ -223,9 +221,10 @@ class CacheRun:
     def model_call(self, sigma, branches, shapes, device=None):
         """Wrap one transformer call: route it through cache-dit or around it, and count its blocks."""
         key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
+        sigma = sigma_value(sigma)
         step = self.clock.step_of(sigma, key)
         served = self._route(step, key)
-        trace = self._trace_for(key, step) if served else None
+        trace = self._trace_for(key) if served else None
         self._blocks_counted = 0
         self._tracing, self._fn_input = ((trace, step) if trace else None), None
         timer = CallTimer(device)
@@ -240,7 +239,7 @@ class CacheRun:
             trace.finish(step, cached)
         self._timings.append((key, served, cached, timer))
         self.outcomes.append(CallOutcome(step, key.branches, served, self._blocks_counted, self.num_blocks,
-                                         sigma=round(_first_sigma(sigma), 6)))
+                                         sigma=round(sigma, 6)))
 
     @contextlib.contextmanager
     def uncached(self):
@@ -285,7 +284,7 @@ class CacheRun:
         with quiet_cache_dit():
             cache_dit.refresh_context(self.target.module, **self._cache_configs(step, split))
 
-    def _trace_for(self, key: StreamKey, step: int) -> StreamTrace:
+    def _trace_for(self, key: StreamKey) -> StreamTrace:
         trace_key = (self.contexts, key)
         if trace_key not in self._traces:
             self._traces[trace_key] = StreamTrace(key.branches, self.contexts - 1, self._context_starts[-1])
@@ -340,9 +339,8 @@ class CacheRun:
         return [(trace, rules[trace.context]) for trace in self._traces.values()]
 
     def _context_rules(self) -> list[DecisionRules]:
-        ends = self._context_starts[1:] + [self.clock.steps]
-        return [DecisionRules.for_context(self.plan.settings, self.plan.mask_from(start), start, end)
-                for start, end in zip(self._context_starts, ends)]
+        return [DecisionRules.for_context(self.plan.settings, self.plan.mask_from(start), start)
+                for start in self._context_starts]
 
     def _diagnostics(self, states: list[str]) -> dict:
         steps = self.clock.steps
@@ -393,10 +391,6 @@ class CacheRun:
             residual_diffs=diagnostics["residual_diffs"], step_reasons=diagnostics["step_reasons"],
             streams=diagnostics["streams"], threshold_suggestions=diagnostics["threshold_suggestions"],
         )
-
-
-def _first_sigma(sigma) -> float:
-    return float(sigma) if isinstance(sigma, (int, float)) else float(torch.as_tensor(sigma).flatten()[0])
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:

@@ -104,7 +104,6 @@ class DecisionRules:
     """cache-dit's caching rules for one context, in steps counted from the run's start."""
 
     start_step: int
-    end_step: int                          # exclusive
     threshold: float
     warmup_steps: frozenset[int]           # absolute steps
     mask: dict[int, int] | None            # absolute step -> 1 compute / 0 cache
@@ -112,7 +111,7 @@ class DecisionRules:
     max_continuous: int
 
     @classmethod
-    def for_context(cls, settings, mask_rest: list[int] | None, start_step: int, end_step: int) -> "DecisionRules":
+    def for_context(cls, settings, mask_rest: list[int] | None, start_step: int) -> "DecisionRules":
         """``mask_rest`` is the mask cache-dit got for this context (from ``start_step`` on)."""
         warmup_limit = settings.max_warmup_steps
         if mask_rest is not None:
@@ -120,7 +119,7 @@ class DecisionRules:
             warmup_limit = min(warmup_limit, leading)
         warmup = frozenset(start_step + t for t in range(0, warmup_limit, settings.warmup_interval))
         mask = None if mask_rest is None else {start_step + t: m for t, m in enumerate(mask_rest)}
-        return cls(start_step, end_step, settings.residual_diff_threshold, warmup, mask,
+        return cls(start_step, settings.residual_diff_threshold, warmup, mask,
                    settings.max_cached_steps, settings.max_continuous_cached_steps)
 
     def gate(self, step: int, cached_so_far: int, continuous: int) -> tuple[bool, str] | None:
@@ -198,21 +197,19 @@ def suggest_thresholds(streams: list[tuple[StreamTrace, DecisionRules]], limit: 
     candidates: set[float] = set()
     for trace, rules in streams:
         order, matrix = trace.pair_changes()
+        # Plain floats: the replays below read the matrix thousands of times for a long run.
+        rows = matrix.tolist()
         position = {s: i for i, s in enumerate(order)}
 
-        def change(k, t, matrix=matrix, position=position):
+        def change(k, t, rows=rows, position=position):
             if k not in position or t not in position:
                 return None
-            value = float(matrix[position[k], position[t]])
+            value = rows[position[k]][position[t]]
             return value if math.isfinite(value) else None
 
         prepared.append((trace.context, order, rules, change))
-        n = len(order)
-        for i in range(n):
-            for j in range(i + 1, n):
-                value = float(matrix[i, j])
-                if math.isfinite(value) and value > 0:
-                    candidates.add(value)
+        for i, row in enumerate(rows):
+            candidates.update(value for value in row[i + 1:] if math.isfinite(value) and value > 0)
     if not candidates:
         return []
     if max(candidates) >= 1.0:

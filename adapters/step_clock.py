@@ -76,7 +76,7 @@ class StepClock:
 
     def step_by_sigma(self, sigma) -> int:
         """The step whose start is ``sigma`` (within rounding), else the one whose interval holds it."""
-        s = _as_float(sigma)
+        s = sigma_value(sigma)
         nearest = min(range(len(self.sigmas)), key=lambda k: abs(self.sigmas[k] - s))
         if self._is_schedule_value(s, nearest):
             return min(nearest, self.steps - 1)
@@ -85,10 +85,10 @@ class StepClock:
 
     def _is_sigma_of(self, sigma, k: int) -> bool:
         value = self.sigmas[k]
-        return abs(value - _as_float(sigma)) <= SAME_SIGMA_RELATIVE * abs(value) + 1e-12
+        return abs(value - sigma_value(sigma)) <= SAME_SIGMA_RELATIVE * abs(value) + 1e-12
 
     def _is_schedule_value(self, sigma, k: int) -> bool:
-        return abs(self.sigmas[k] - _as_float(sigma)) <= SNAP_SHARE_OF_GAP * self._gap_at(k)
+        return abs(self.sigmas[k] - sigma_value(sigma)) <= SNAP_SHARE_OF_GAP * self._gap_at(k)
 
     def _gap_at(self, k: int) -> float:
         gaps = [abs(self.sigmas[k] - self.sigmas[j]) for j in (k - 1, k + 1) if 0 <= j < len(self.sigmas)]
@@ -96,7 +96,8 @@ class StepClock:
         return min(gaps) if gaps else 0.0
 
 
-def _as_float(sigma) -> float:
+def sigma_value(sigma) -> float:
+    """A call's sigma as a float (read from the device once per call: each read waits for it)."""
     if isinstance(sigma, (int, float)):
         return float(sigma)
     # A batched call carries one sigma per sample; they are equal within a step.

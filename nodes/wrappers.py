@@ -146,8 +146,8 @@ def _transformer_options(args, kwargs) -> dict:
 def diffusion_model_wrapper(executor, *args, **kwargs):
     options = _transformer_options(args, kwargs)
     run = _active_runs.get(id(executor.class_obj))
-    if run is None or executor.class_obj is not run.host:
-        return executor(*args, **kwargs)  # not sampling with this node, or another copy of the model
+    if run is None:  # not sampling with this node, or another copy of the model (keyed by module)
+        return executor(*args, **kwargs)
     if options.get("sigmas") is None or not args or not torch.is_tensor(args[0]):
         with run.uncached():  # a caller outside a sampler step: nothing to cache against
             return executor(*args, **kwargs)

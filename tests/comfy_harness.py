@@ -78,6 +78,18 @@ def comfyui_python(comfy_root: Path) -> str:
     return sys.executable
 
 
+def stop_process(process: subprocess.Popen | None, timeout: float):
+    """Terminate a process the tests started (if it still runs); kill it if it does not stop in time."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -143,12 +155,7 @@ class ComfyServer:
         raise RuntimeError(f"ComfyUI did not start in {timeout}s:\n{self.log_tail()}")
 
     def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        stop_process(self.process, timeout=20)
         if getattr(self, "_log", None):
             self._log.close()
 

@@ -121,7 +121,7 @@ def test_time_estimate_adds_what_the_cached_calls_saved(transformer, measured):
 def test_decision_rules_of_a_fresh_context_mid_run():
     settings = CacheSettings(steps_mask="fast", max_warmup_steps=4)
     # cache-dit gets the rest of the mask from step 3 on, with its first step computing.
-    rules = DecisionRules.for_context(settings, [1, 1, 0, 0, 1], start_step=3, end_step=8)
+    rules = DecisionRules.for_context(settings, [1, 1, 0, 0, 1], start_step=3)
     assert rules.warmup_steps == frozenset({3, 4})
     reasons = rules.explain([3, 4, 5, 6, 7], {3: False, 4: False, 5: True, 6: True, 7: False})
     assert reasons == {3: "fresh_context", 4: "warmup", 5: "mask", 6: "mask", 7: "mask"}

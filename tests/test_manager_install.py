@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
-from comfy_harness import ComfyServer, comfyui_python, free_port
+from comfy_harness import ComfyServer, comfyui_python, free_port, stop_process
 from example_stand_ins import TINY_VAE, example_prompt, run_example, write_tiny_vae
 from krea2_prompts import TINY_MODEL
 
@@ -127,13 +127,7 @@ class GitDaemon:
         raise RuntimeError(f"git daemon did not answer on port {self.port}: {self.log_path.read_text()}")
 
     def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=10)
 
 
 def bare_repo_of_head(repos: Path) -> Path:
