@@ -6,7 +6,6 @@ import collections
 import dataclasses
 import threading
 
-CFG_MODES = ("none", "batched", "split")
 
 
 @dataclasses.dataclass
