@@ -7,7 +7,6 @@ import dataclasses
 import threading
 
 
-
 @dataclasses.dataclass
 class CallOutcome:
     step: int
