@@ -5,6 +5,8 @@
 - ``step_clock``: which sampling step a model call belongs to;
 - ``cache_run``: cache-dit enabled for exactly one sampling run;
 - ``stats``: what a run cached, as served to the log, the HTTP route and the UI;
-- ``image_compare``: MAE, PSNR and a difference heatmap of two images (the compare node);
-- ``synthetic``: seeded-random Krea-2 checkpoints for tests, demos and benchmarks.
+- ``image_compare``: MAE, PSNR and a difference heatmap of two images (the compare node).
+
+The seeded-random Krea-2 checkpoints that tests, demos and benchmarks use are not part of the
+runtime package: they live in ``tests/krea2_synthetic.py``.
 """

@@ -28,14 +28,14 @@ LIMIT = 1.3
 
 
 def benchmark_shape(layers: int):
-    from krea2_cachedit.adapters.synthetic import Krea2Shape
+    from krea2_synthetic import Krea2Shape
 
     # ~49 MB of fp32 weights per block; the text-fusion part stays small.
     return Krea2Shape(features=1024, layers=layers, heads=8, kvheads=2, txtdim=160, txtlayers=12)
 
 
 def write_checkpoint(path: Path, layers: int) -> None:
-    from krea2_cachedit.adapters.synthetic import save_native_checkpoint
+    from krea2_synthetic import save_native_checkpoint
 
     save_native_checkpoint(path, benchmark_shape(layers), seed=0)
 

@@ -101,7 +101,7 @@ def relative_l2(latent, reference) -> float:
 
 def run_comfyui(args, comfy_root: Path) -> list[dict]:
     load_pack()
-    from krea2_cachedit.adapters.synthetic import Krea2Shape, save_native_checkpoint
+    from krea2_synthetic import Krea2Shape, save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(Path(tempfile.mkdtemp(prefix="krea2_bench_")))
     if args.model:
@@ -197,7 +197,7 @@ def run_adapters(args) -> list[dict]:
     from krea2_cachedit.adapters.cache_run import CacheRun
     from krea2_cachedit.adapters.settings import CacheSettings, plan_run
     from krea2_cachedit.adapters.step_clock import StepClock
-    from krea2_cachedit.adapters.synthetic import Krea2Shape, diffusers_transformer
+    from krea2_synthetic import Krea2Shape, diffusers_transformer
 
     shape = Krea2Shape(**MID_SIZE)
     print(f"No ComfyUI found: sampling a mid-size diffusers Krea-2 ({MID_SIZE}) through the adapters.", flush=True)

@@ -159,7 +159,7 @@ def comfy_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_shape():
-    from krea2_cachedit.adapters.synthetic import Krea2Shape
+    from krea2_synthetic import Krea2Shape
 
     return Krea2Shape()
 
@@ -167,7 +167,7 @@ def tiny_shape():
 @pytest.fixture(scope="session")
 def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
     """One real ComfyUI server for the session, with a tiny generated Krea-2 installed."""
-    from krea2_cachedit.adapters.synthetic import save_native_checkpoint
+    from krea2_synthetic import save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_base"))
     from comfy_models import make_tiny_wan

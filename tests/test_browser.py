@@ -109,7 +109,7 @@ def editor_server(browser_tools, request, comfy_root, tmp_path_factory, tiny_sha
     if not frontend:
         yield request.getfixturevalue("comfy_server")
         return
-    from krea2_cachedit.adapters.synthetic import save_native_checkpoint
+    from krea2_synthetic import save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_frontend"))
     save_native_checkpoint(base / "models" / "diffusion_models" / TINY_MODEL, tiny_shape, seed=0)

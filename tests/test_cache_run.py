@@ -16,7 +16,7 @@ from krea2_cachedit.adapters import registry
 from krea2_cachedit.adapters.cache_run import CacheRun
 from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
-from krea2_cachedit.adapters.synthetic import Krea2Shape, diffusers_transformer
+from krea2_synthetic import Krea2Shape, diffusers_transformer
 
 SHAPE = Krea2Shape(layers=6)
 STEPS = 8

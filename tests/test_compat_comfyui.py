@@ -154,7 +154,7 @@ def fp8_scaled(comfy_server, tiny_shape):
     from safetensors.torch import save_file
 
     from comfy_models import fp8_scaled_state_dict
-    from krea2_cachedit.adapters.synthetic import native_state_dict
+    from krea2_synthetic import native_state_dict
 
     save_file(fp8_scaled_state_dict(native_state_dict(tiny_shape, seed=0)),
               str(comfy_server.base_dir / "models" / "diffusion_models" / FP8_SCALED))

@@ -98,7 +98,7 @@ def fresh_compile_server(comfy_root, tmp_path_factory, tiny_shape):
     graphs compiled without attention patches would be reused with them (a ComfyUI limitation, with
     or without this node); patches must be there when the model is first compiled."""
     from comfy_harness import ComfyServer
-    from krea2_cachedit.adapters.synthetic import save_native_checkpoint
+    from krea2_synthetic import save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("compile_base"))
     save_native_checkpoint(base / "models" / "diffusion_models" / "krea2_tiny.safetensors", tiny_shape, seed=0)

@@ -22,7 +22,7 @@ from comfy_harness import REPO_ROOT, comfyui_python
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
 import gpu_check_setup  # noqa: E402
-from krea2_cachedit.adapters.synthetic import (  # noqa: E402
+from krea2_synthetic import (  # noqa: E402
     FULL_SIZE, Krea2Shape, native_shapes, native_state_dict, write_native_checkpoint)
 
 

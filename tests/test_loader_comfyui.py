@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from comfy_harness import prompt_error
 from comfy_models import make_lora
 from krea2_prompts import TINY_MODEL, krea2_prompt
-from krea2_cachedit.adapters.synthetic import diffusers_transformer, native_state_dict
+from krea2_synthetic import diffusers_transformer, native_state_dict
 
 pytestmark = pytest.mark.comfyui
 

@@ -230,7 +230,7 @@ def installed(comfy_root, manager_version, git_server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def manager_server(comfy_root, installed, tiny_shape):
     """ComfyUI with --enable-manager on the private base directory cm-cli installed into."""
-    from krea2_cachedit.adapters.synthetic import save_native_checkpoint
+    from krea2_synthetic import save_native_checkpoint
 
     result = installed["result"]
     if result.returncode != 0 or not installed["pack_dir"].is_dir():
