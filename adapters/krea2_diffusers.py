@@ -47,6 +47,8 @@ QUANTIZED_DTYPES = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "I8", "U8"}
 QUANTIZATION_KEY_ENDINGS = ("weight_scale", "weight_scale_2", "input_scale", "scale_weight", "scale_input",
                             "comfy_quant", "scaled_fp8")
 
+GGUF_SUFFIX = ".gguf"  # read by adapters.krea2_gguf
+
 # Reopen the file after this many bytes: pages of a closed mapping leave resident memory.
 RELEASE_WINDOW_BYTES = 16 << 20
 
@@ -347,6 +349,10 @@ def is_krea2_candidate(path: Path) -> bool:
         if path.is_dir():
             transformer_folder(path)
             return True
+        if path.suffix.lower() == GGUF_SUFFIX:
+            from . import krea2_gguf
+
+            return detect_key_format(krea2_gguf.tensor_infos(krea2_gguf.open_reader(path))) is not None
         return detect_key_format(read_header(path)) is not None
     except Krea2LoadError:
         return False
@@ -495,9 +501,9 @@ def _cached_is_candidate(path: Path) -> bool:
 
 
 def krea2_files(named_files) -> list[str]:
-    """Names of the Krea-2 safetensors among ``(name, full path)`` pairs."""
+    """Names of the Krea-2 safetensors and GGUF files among ``(name, full path)`` pairs."""
     return [name for name, full_path in named_files
-            if str(name).lower().endswith(".safetensors") and _cached_is_candidate(Path(full_path))]
+            if str(name).lower().endswith((".safetensors", GGUF_SUFFIX)) and _cached_is_candidate(Path(full_path))]
 
 
 def krea2_folders(roots) -> list[str]:

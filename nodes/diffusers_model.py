@@ -27,7 +27,8 @@ import comfy.patcher_extension
 import comfy.supported_models
 import comfy.utils
 
-from ..adapters import krea2_diffusers
+from ..adapters import krea2_diffusers, krea2_gguf
+from . import gguf_model
 
 PATCH = 2
 DIFFUSION_MODEL_PREFIX = "diffusion_model."
@@ -210,6 +211,10 @@ class Krea2DiffusersPatcher(comfy.model_patcher.ModelPatcher):
         return [original_of.get(key, key) for key in added]
 
 
+class Krea2GGUFPatcher(gguf_model.GGUFPatching, Krea2DiffusersPatcher):
+    """The patcher of a model loaded from a GGUF file: its quantized weights are patched at use."""
+
+
 def place_uncastable_weights(module: torch.nn.Module, device: torch.device) -> None:
     """Move every parameter that ComfyUI's ops cannot cast at use time onto ``device`` (a few MB)."""
     for submodule in module.modules():
@@ -253,14 +258,16 @@ def _comfy_linear_factory(operations, dtype):
 
 
 def load_krea2_diffusers(path, weight_dtype: str = "default", disable_dynamic: bool = False):
-    """A ModelPatcher around the diffusers Krea-2 transformer loaded from ``path`` (file or folder)."""
+    """A ModelPatcher around the diffusers Krea-2 transformer loaded from ``path`` (file, folder or GGUF)."""
     install_lora_key_hook()
-    checkpoint = krea2_diffusers.inspect(path)
-    unet_dtype = krea2_diffusers.WEIGHT_DTYPES[weight_dtype] or checkpoint.stored_dtype
-
+    if krea2_gguf.is_gguf(path):
+        checkpoint = krea2_gguf.inspect_gguf(path)
+    else:
+        checkpoint = krea2_diffusers.inspect(path)
     load_device = comfy.model_management.get_torch_device()
     offload_device = comfy.model_management.unet_offload_device()
     model_config = comfy.supported_models.Krea2(native_unet_config(checkpoint.config))
+    unet_dtype = krea2_diffusers.WEIGHT_DTYPES[weight_dtype] or _default_dtype(checkpoint, model_config, load_device)
     manual_cast_dtype = comfy.model_management.unet_manual_cast(
         unet_dtype, load_device, model_config.supported_inference_dtypes)
     try:
@@ -269,11 +276,26 @@ def load_krea2_diffusers(path, weight_dtype: str = "default", disable_dynamic: b
         model_config.set_inference_dtype(unet_dtype, manual_cast_dtype)
     operations = comfy.ops.pick_operations(unet_dtype, manual_cast_dtype, load_device=load_device)
 
-    transformer = krea2_diffusers.load_transformer(
-        checkpoint, krea2_diffusers.WEIGHT_DTYPES[weight_dtype], _comfy_linear_factory(operations, unet_dtype))
+    make_linear = _comfy_linear_factory(operations, unet_dtype)
+    if isinstance(checkpoint, krea2_gguf.GGUFCheckpoint):
+        transformer = krea2_gguf.load_gguf_transformer(
+            checkpoint, unet_dtype, make_linear, gguf_model.quantized_linear_factory(operations))
+        patcher_class = Krea2GGUFPatcher
+    else:
+        transformer = krea2_diffusers.load_transformer(checkpoint, krea2_diffusers.WEIGHT_DTYPES[weight_dtype],
+                                                       make_linear)
+        patcher_class = Krea2DiffusersPatcher
     model = Krea2DiffusersModel(model_config, Krea2DiffusersTransformer(transformer, unet_dtype))
-    patcher = Krea2DiffusersPatcher(model, load_device=load_device, offload_device=offload_device)
+    patcher = patcher_class(model, load_device=load_device, offload_device=offload_device)
     if not comfy.model_management.is_device_cpu(offload_device):
         model.to(offload_device)
     patcher.cached_patcher_init = (load_krea2_diffusers, (str(path), weight_dtype))
     return patcher
+
+
+def _default_dtype(checkpoint, model_config, load_device) -> torch.dtype:
+    """'default' keeps plain weights as stored; a GGUF computes in what ComfyUI picks for the device."""
+    if isinstance(checkpoint, krea2_gguf.GGUFCheckpoint):
+        return comfy.model_management.unet_dtype(device=load_device,
+                                                 supported_dtypes=model_config.supported_inference_dtypes)
+    return checkpoint.stored_dtype

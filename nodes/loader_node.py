@@ -14,12 +14,23 @@ DIFFUSERS_FOLDER = "diffusers"
 
 
 def list_model_names() -> list[str]:
-    """Krea-2 files in 'diffusion_models' and Krea-2 diffusers folders in 'diffusers'."""
+    """Krea-2 files (safetensors and GGUF) in 'diffusion_models' and Krea-2 diffusers folders in 'diffusers'."""
     files = [(name, folder_paths.get_full_path(FILE_FOLDER, name))
              for name in folder_paths.get_filename_list(FILE_FOLDER)]
-    files = [(name, path) for name, path in files if path]
+    files = [(name, path) for name, path in files if path] + gguf_files()
     return krea2_diffusers.krea2_files(files) + krea2_diffusers.krea2_folders(
         folder_paths.get_folder_paths(DIFFUSERS_FOLDER))
+
+
+def gguf_files() -> list[tuple[str, str]]:
+    """``(name, full path)`` of the .gguf files in 'diffusion_models', which ComfyUI's own list leaves out."""
+    found = []
+    for root in folder_paths.get_folder_paths(FILE_FOLDER):
+        if os.path.isdir(root):
+            names, _ = folder_paths.recursive_search(root)
+            found += [(name, os.path.join(root, name))
+                      for name in folder_paths.filter_files_extensions(names, [krea2_diffusers.GGUF_SUFFIX])]
+    return sorted(found)
 
 
 def resolve_model_path(model_name: str) -> str | None:
@@ -43,16 +54,19 @@ class Krea2DiffusersLoader(io.ComfyNode):
             node_id="Krea2DiffusersLoader",
             display_name="Load Krea-2 (diffusers)",
             category="Krea-2",
-            description=("Loads Krea-2 weights (diffusers folder, diffusers single file or original-format file) "
-                         "into diffusers' Krea2Transformer2DModel and hands it to ComfyUI as a MODEL."),
+            description=("Loads Krea-2 weights (diffusers folder, diffusers single file, original-format file or "
+                         "GGUF) into diffusers' Krea2Transformer2DModel and hands it to ComfyUI as a MODEL."),
             inputs=[
                 io.Combo.Input("model_name", options=list_model_names(), tooltip=(
-                    "A Krea-2 checkpoint file from models/diffusion_models, or a diffusers Krea-2 folder from "
-                    "models/diffusers (the transformer folder or the pipeline folder holding transformer/). "
-                    "Quantized files (fp8/int8/nvfp4) need ComfyUI's 'Load Diffusion Model' instead.")),
+                    "A Krea-2 checkpoint file from models/diffusion_models (safetensors, or GGUF such as Q8_0/Q5_K/Q4_K, "
+                    "which stays quantized), or a diffusers Krea-2 folder from models/diffusers (the transformer "
+                    "folder or the pipeline folder holding transformer/). fp8/int8/nvfp4 safetensors need "
+                    "ComfyUI's 'Load Diffusion Model' instead.")),
                 io.Combo.Input("weight_dtype", options=list(krea2_diffusers.WEIGHT_DTYPES), default="default",
                                tooltip=("Precision to hold the weights in: 'default' keeps them as stored; "
-                                        "bf16/fp16 halve fp32 weights; norm scales always stay fp32.")),
+                                        "bf16/fp16 halve fp32 weights; norm scales always stay fp32. For a GGUF, "
+                                        "the precision it computes in ('default': ComfyUI's choice for the "
+                                        "device); its quantized weights stay quantized.")),
             ],
             outputs=[io.Model.Output(tooltip=(
                 "The Krea-2 model, for KSampler, LoRA loaders and the Krea-2 Cache-DiT node. "
