@@ -74,7 +74,7 @@ def dequantized_state_dict(path) -> dict[str, torch.Tensor]:
     for tensor in reader.tensors:
         shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
         values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        out[tensor.name] = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(shape)
+        out[tensor.name] = torch.from_numpy(np.array(values, dtype=np.float32)).reshape(shape)
     return out
 
 
