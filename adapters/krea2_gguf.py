@@ -129,6 +129,7 @@ def inspect_gguf(path: Path) -> GGUFCheckpoint:
         raise _not_krea2(path, architecture, infos)
     kind, prefix = key_format
     names = k2.diffusers_names(infos, kind, prefix)
+    check_types_supported(path, {key: infos[key] for key in names})
     shard = k2.Shard(path, names, {key: infos[key] for key in names}, kind == "native", prefix)
     try:
         config = k2.config_from_shapes(k2.diffusers_shapes([shard]))
@@ -139,19 +140,27 @@ def inspect_gguf(path: Path) -> GGUFCheckpoint:
 
 # --- tensors ---------------------------------------------------------------------------
 
+def check_types_supported(path: Path, infos: dict[str, GGUFTensorInfo]) -> None:
+    """Refuse a file holding a type that diffusers cannot dequantize, before anything is loaded."""
+    from diffusers.quantizers.gguf.utils import SUPPORTED_GGUF_QUANT_TYPES
+
+    supported = set(TORCH_TYPES) | {t.name for t in SUPPORTED_GGUF_QUANT_TYPES}
+    for key, info in infos.items():
+        if info.type_name not in supported:
+            raise Krea2LoadError(
+                f"{Path(path).name}: tensor '{key}' is stored as {info.type_name}, which diffusers cannot dequantize "
+                f"(it reads {', '.join(sorted(supported))}); use a file of one of those quantizations.")
+
+
 def read_tensor(tensor) -> torch.Tensor:
     """One GGUF tensor: a plain tensor for F32/F16, else diffusers' ``GGUFParameter`` of its bytes."""
     import gguf
-    from diffusers.quantizers.gguf.utils import SUPPORTED_GGUF_QUANT_TYPES, GGUFParameter
+    from diffusers.quantizers.gguf.utils import GGUFParameter
 
     quant_type = gguf.GGMLQuantizationType(tensor.tensor_type)
     data = torch.from_numpy(tensor.data.copy())  # a copy: the reader's memory map can then go
     if quant_type.name in TORCH_TYPES:
         return data
-    if quant_type not in SUPPORTED_GGUF_QUANT_TYPES:
-        supported = ", ".join(sorted(t.name for t in SUPPORTED_GGUF_QUANT_TYPES))
-        raise Krea2LoadError(f"tensor '{tensor.name}' is stored as {quant_type.name}, which diffusers cannot "
-                             f"dequantize (it reads F32, F16, {supported}); use a file of another quantization.")
     return GGUFParameter(data, quant_type=quant_type)
 
 
@@ -196,11 +205,9 @@ def _swap_quantized_linears(model: torch.nn.Module, names: set[str], make: Quant
 
 def _store(model: torch.nn.Module, name: str, value: torch.Tensor) -> None:
     module_path, _, leaf = name.rpartition(".")
-    module = model.get_submodule(module_path)
-    if hasattr(value, "quant_type"):
-        module._parameters[leaf] = value  # already a Parameter; wrapping it again would drop quant_type
-    else:
-        module._parameters[leaf] = torch.nn.Parameter(value, requires_grad=False)
+    if not isinstance(value, torch.nn.Parameter):  # a GGUFParameter is one; wrapping it would drop quant_type
+        value = torch.nn.Parameter(value, requires_grad=False)
+    setattr(model.get_submodule(module_path), leaf, value)
 
 
 def _converted(checkpoint: GGUFCheckpoint, key: str, value: torch.Tensor) -> tuple[str, torch.Tensor]:

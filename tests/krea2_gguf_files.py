@@ -40,14 +40,20 @@ def tensor_type(key: str, shape: tuple[int, ...], file_type: str, high_precision
 def encode(array: np.ndarray, quant_type) -> np.ndarray:
     import gguf
 
+    if quant_type.name == "F64":  # a type GGUF has and diffusers does not read
+        return array.astype(np.float64)
     if quant_type.name in ("Q4_K", "Q5_K"):
         return k_quantize(array, quant_type)
     return gguf.quants.quantize(array, quant_type)
 
 
 def write_krea2_gguf(path, state_dict: dict[str, torch.Tensor], file_type: str, architecture: str = "krea2",
-                     high_precision=HIGH_PRECISION, f32_max_values=F32_MAX_VALUES) -> dict[str, str]:
-    """Write ``state_dict`` (native Krea-2 keys) as a GGUF; returns each key's GGML type name."""
+                     high_precision=HIGH_PRECISION, f32_max_values=F32_MAX_VALUES,
+                     overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """Write ``state_dict`` (native Krea-2 keys) as a GGUF; returns each key's GGML type name.
+
+    ``overrides`` gives chosen tensors another GGML type (by name).
+    """
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch=architecture)
@@ -56,7 +62,10 @@ def write_krea2_gguf(path, state_dict: dict[str, torch.Tensor], file_type: str, 
     for key, tensor in state_dict.items():
         array = tensor.float().numpy()
         quant_type = tensor_type(key, array.shape, file_type, high_precision, f32_max_values)
-        writer.add_tensor(key, encode(array, quant_type), raw_dtype=quant_type)
+        if key in (overrides or {}):
+            quant_type = gguf_type(overrides[key])
+        encoded = encode(array, quant_type)
+        writer.add_tensor(key, encoded, raw_dtype=None if encoded.dtype == np.float64 else quant_type)
         types[key] = quant_type.name
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

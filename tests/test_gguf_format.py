@@ -138,3 +138,12 @@ def test_damaged_gguf_is_reported(tmp_path, damage):
     with pytest.raises(kd.Krea2LoadError, match="not a readable GGUF file .* truncated or corrupt; download or convert"):
         kg.inspect_gguf(path)
     assert not kd.is_krea2_candidate(path)
+
+
+
+def test_type_diffusers_cannot_dequantize_is_refused_before_loading(tmp_path):
+    path, types = write(tmp_path / "krea2-odd.gguf", "Q8_0", overrides={"blocks.1.attn.wq.weight": "F64"})
+    assert types["blocks.1.attn.wq.weight"] == "F64"
+    with pytest.raises(kd.Krea2LoadError, match=r"krea2-odd.gguf: tensor 'blocks.1.attn.wq.weight' is stored as "
+                                                r"F64, which diffusers cannot dequantize .*BF16.*Q8_0"):
+        kg.inspect_gguf(path)
