@@ -134,7 +134,8 @@ def inspect_gguf(path: Path) -> GGUFCheckpoint:
     try:
         config = k2.config_from_shapes(k2.diffusers_shapes([shard]))
     except Krea2LoadError as error:
-        raise Krea2LoadError(f"{path}: {error}. The file looks like Krea-2 but is incomplete; convert it again.") from None
+        raise Krea2LoadError(
+            f"{path}: {error}. The file looks like Krea-2 but is incomplete; convert it again.") from None
     return GGUFCheckpoint(path, architecture, config, shard.infos, names, kind == "native", prefix)
 
 

@@ -58,10 +58,10 @@ class Krea2DiffusersLoader(io.ComfyNode):
                          "GGUF) into diffusers' Krea2Transformer2DModel and hands it to ComfyUI as a MODEL."),
             inputs=[
                 io.Combo.Input("model_name", options=list_model_names(), tooltip=(
-                    "A Krea-2 checkpoint file from models/diffusion_models (safetensors, or GGUF such as Q8_0/Q5_K/Q4_K, "
-                    "which stays quantized), or a diffusers Krea-2 folder from models/diffusers (the transformer "
-                    "folder or the pipeline folder holding transformer/). fp8/int8/nvfp4 safetensors need "
-                    "ComfyUI's 'Load Diffusion Model' instead.")),
+                    "A Krea-2 checkpoint file from models/diffusion_models (safetensors, or GGUF such as "
+                    "Q8_0/Q5_K/Q4_K, which stays quantized), or a diffusers Krea-2 folder from models/diffusers "
+                    "(the transformer folder or the pipeline folder holding transformer/). fp8/int8/nvfp4 "
+                    "safetensors need ComfyUI's 'Load Diffusion Model' instead.")),
                 io.Combo.Input("weight_dtype", options=list(krea2_diffusers.WEIGHT_DTYPES), default="default",
                                tooltip=("Precision to hold the weights in: 'default' keeps them as stored; "
                                         "bf16/fp16 halve fp32 weights; norm scales always stay fp32. For a GGUF, "

@@ -135,7 +135,8 @@ def test_damaged_gguf_is_reported(tmp_path, damage):
     path, _ = write(tmp_path / "krea2.gguf", "Q8_0")
     whole = path.read_bytes()
     path.write_bytes(whole[: len(whole) * 2 // 3] if damage == "truncated" else b"GGUF" + bytes(range(256)) * 8)
-    with pytest.raises(kd.Krea2LoadError, match="not a readable GGUF file .* truncated or corrupt; download or convert"):
+    with pytest.raises(kd.Krea2LoadError,
+                       match="not a readable GGUF file .* truncated or corrupt; download or convert"):
         kg.inspect_gguf(path)
     assert not kd.is_krea2_candidate(path)
 
