@@ -35,17 +35,18 @@ def weights_of(model) -> dict[str, torch.Tensor]:
     return {name: kg.dequantize(param, torch.float32) for name, param in model.named_parameters()}
 
 
-def forward(model, seed=0):
-    generator = torch.Generator().manual_seed(seed)
+def forward(model, img=None, sigma=0.7):
+    """One transformer call on a 4 x 4 latent (``img``: its 16 tokens, else seeded noise) with seeded text."""
+    generator = torch.Generator().manual_seed(0)
     tokens, text = 16, 5
-    img = torch.randn(1, tokens, SHAPE.channels * 4, generator=generator)
+    noise = torch.randn(1, tokens, SHAPE.channels * 4, generator=generator)
     txt = torch.randn(1, text, SHAPE.txtlayers, SHAPE.txtdim, generator=generator)
     ids = torch.zeros(text + tokens, 3)
     ids[text:, 1] = torch.arange(tokens) // 4
     ids[text:, 2] = torch.arange(tokens) % 4
     with torch.no_grad():
-        return model(hidden_states=img, encoder_hidden_states=txt, timestep=torch.tensor([0.7]),
-                     position_ids=ids, return_dict=False)[0]
+        return model(hidden_states=noise if img is None else img, encoder_hidden_states=txt,
+                     timestep=torch.full((1,), float(sigma)), position_ids=ids, return_dict=False)[0]
 
 
 @pytest.mark.parametrize("file_type", FILE_TYPES)
@@ -148,3 +149,33 @@ def test_type_diffusers_cannot_dequantize_is_refused_before_loading(tmp_path):
     with pytest.raises(kd.Krea2LoadError, match=r"krea2-odd.gguf: tensor 'blocks.1.attn.wq.weight' is stored as "
                                                 r"F64, which diffusers cannot dequantize .*BF16.*Q8_0"):
         kg.inspect_gguf(path)
+
+
+def test_cached_steps_dequantize_only_the_blocks_they_compute(tmp_path):
+    """A step that Cache-DiT serves from its cache skips the quantized blocks' dequantization."""
+    from krea2_cachedit.adapters import registry
+    from krea2_cachedit.adapters.cache_run import CacheRun
+    from krea2_cachedit.adapters.settings import CacheSettings, plan_run
+    from krea2_cachedit.adapters.step_clock import StepClock
+
+    path, _ = write(tmp_path / "krea2-Q8_0.gguf", "Q8_0")
+    model = kg.load_gguf_transformer(kg.inspect_gguf(path), torch.float32)
+    dequantized: list[str] = []
+    for name, module in model.named_modules():
+        if hasattr(getattr(module, "weight", None), "quant_type") and name.startswith("transformer_blocks."):
+            module.register_forward_pre_hook(lambda module, args, name=name: dequantized.append(name))
+    steps, sigmas = 8, torch.linspace(1.0, 0.0, 9)
+    target, clock = registry.resolve(model), StepClock(sigmas)
+    per_step = []
+    with CacheRun(target, plan_run(CacheSettings(steps_mask="fast"), clock.steps, target.num_blocks), clock,
+                  1.0, 1) as run:
+        x = torch.randn(1, 16, SHAPE.channels * 4, generator=torch.Generator().manual_seed(0))
+        for i in range(steps):
+            dequantized.clear()
+            with run.model_call(sigmas[i], [0], [x.shape]):
+                out = forward(model, x, sigmas[i])
+            x = x + (sigmas[i + 1] - sigmas[i]) * out
+            per_step.append({name.split(".")[1] for name in dequantized})
+    assert run.record.cached_steps == [3, 5, 6]
+    every_block = {str(block) for block in range(SHAPE.layers)}
+    assert per_step == [{"0"} if step in (3, 5, 6) else every_block for step in range(steps)]
