@@ -73,6 +73,7 @@ def test_a_prompt_whose_switch_contradicts_its_calibrator_is_refused(comfy_serve
     prompt = krea2_prompt(cfg=3.5, cache={**MEDIUM, "calibrator": "dmd"}, prefix="contradiction")
     prompt["5"]["inputs"]["enable_taylorseer"] = True
     error = prompt_error(comfy_server.run(prompt))
+    assert error is not None, "the prompt ran"
     assert "enable_taylorseer=true" in error and "calibrator='dmd'" in error and "Remove enable_taylorseer" in error
     _, [record] = comfy_server.run_with_stats(krea2_prompt(cache=MEDIUM))
     assert record["status"] == "ok" and record["warnings"] == []
