@@ -1,8 +1,8 @@
 // Shows the cache stats of the last sampling run on each Krea2CacheDiT node.
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
-// node.addDOMWidget, api events and fetchApi; beforeRegisterNodeDef to read
-// workflows saved with the node's former `preset` and `enable_taylorseer` inputs), and every style is
+// node.addDOMWidget, api events and fetchApi; beforeRegisterNodeDef to read workflows
+// saved with the node's former `preset` and `enable_taylorseer` inputs), and every style is
 // inline on our own element, so a frontend update or another pack's CSS cannot
 // break it and it restyles nothing else. A DOM widget (rather than canvas
 // drawing; the chart is inline SVG inside it) renders in both the classic canvas
