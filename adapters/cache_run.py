@@ -29,6 +29,7 @@ import unittest.mock
 
 import torch
 
+from .calibrators import calibrator_config
 from .diagnostics import DecisionRules, StreamTrace, estimate_uncached_seconds, suggest_thresholds
 from .registry import ResolvedTransformer
 from .settings import RunPlan
@@ -294,9 +295,9 @@ class CacheRun:
         import cache_dit
 
         configs = {"cache_config": cache_dit.DBCacheConfig(**self.plan.db_cache_kwargs(start_step, separate_cfg))}
-        if self.plan.settings.enable_taylorseer:
-            configs["calibrator_config"] = cache_dit.TaylorSeerCalibratorConfig(
-                taylorseer_order=self.plan.settings.taylorseer_order)
+        calibrator = calibrator_config(self.plan.settings)
+        if calibrator is not None:
+            configs["calibrator_config"] = calibrator
         return configs
 
     # --- block hooks --------------------------------------------------------------

@@ -9,14 +9,16 @@ Where the defaults come from: the only measurements of cache-dit on real
 Krea-2 weights are sglang's, with threshold-driven DBCache F1B0
 (``Fn_compute_blocks=1``, ``Bn_compute_blocks=0``), ``max_warmup_steps=4``,
 ``residual_diff_threshold=0.24``, ``max_continuous_cached_steps=3``, no step
-mask and no TaylorSeer (Turbo 8 steps: 1.27 s -> 0.92 s at MAE 4.63/255; Raw 50
+mask and no calibrator (Turbo 8 steps: 1.27 s -> 0.92 s at MAE 4.63/255; Raw 50
 steps: 18.0 s -> 6.3 s at MAE 13.19/255). The node's defaults are those
-settings; masks and TaylorSeer are one click away.
+settings; masks and calibrators are one click away.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+from .calibrators import check_calibrator
 
 STEP_MASKS = ("none", "slow", "medium", "fast", "ultra")
 
@@ -32,8 +34,9 @@ class CacheSettings:
     warmup_interval: int = 1
     max_cached_steps: int = -1
     max_continuous_cached_steps: int = 3
-    enable_taylorseer: bool = False
-    taylorseer_order: int = 1
+    calibrator: str = "none"          # see calibrators.py
+    taylorseer_order: int = 1         # read by calibrator "taylorseer" only
+    dmd_history: int = 6              # read by calibrator "dmd" only (cache-dit's default)
     steps_mask: str = "none"
 
     def __post_init__(self):
@@ -46,8 +49,7 @@ class CacheSettings:
             raise ValueError("warmup_interval must be at least 1")
         if self.max_warmup_steps < 0 or self.residual_diff_threshold < 0:
             raise ValueError("max_warmup_steps and residual_diff_threshold must not be negative")
-        if self.taylorseer_order < 1:
-            raise ValueError("taylorseer_order must be at least 1")
+        check_calibrator(self.calibrator, self.taylorseer_order, self.dmd_history)
 
 
 @dataclasses.dataclass(frozen=True)

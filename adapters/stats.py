@@ -6,6 +6,8 @@ import collections
 import dataclasses
 import threading
 
+from .calibrators import calibrator_summary
+
 
 @dataclasses.dataclass
 class CallOutcome:
@@ -76,12 +78,18 @@ class RunRecord:
         """Block evaluations without the cache over those with it."""
         return self.block_evals_uncached / self.block_evals if self.block_evals else 1.0
 
+    @property
+    def calibrator(self) -> dict | None:
+        """The calibrator that ran and the parameters it read (None for a run left uncached)."""
+        return calibrator_summary(self.settings, self.streams)
+
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data["blocks_saved"] = round(self.blocks_saved, 4)
         data["ideal_speedup"] = round(self.ideal_speedup, 4)
         data["estimated_speedup"] = round(self.estimated_speedup, 4)
         data["estimated_saved_s"] = round(self.estimated_saved_s, 4)
+        data["calibrator"] = self.calibrator
         return data
 
     def log_line(self) -> str:
@@ -89,9 +97,16 @@ class RunRecord:
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode}, "
-                f"has_separate_cfg={self.has_separate_cfg}, "
+                f"has_separate_cfg={self.has_separate_cfg}, calibrator {_calibrator_text(self.calibrator)}, "
                 f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
                 f"{'' if self.status == 'ok' else f', run {self.status}'}")
+
+
+def _calibrator_text(calibrator: dict | None) -> str:
+    if not calibrator:
+        return "none"
+    parameters = [f"{key}={value}" for key, value in calibrator.items() if key != "name"]
+    return calibrator["name"] + (f" ({', '.join(parameters)})" if parameters else "")
 
 
 def skipped_record(node_id: str, prompt_id: str, steps: int, cfg: float, guidance: dict, reason: str) -> RunRecord:

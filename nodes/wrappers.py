@@ -43,6 +43,7 @@ class CacheDiTHolder:
 
     settings: CacheSettings
     node_id: str
+    notes: tuple[str, ...] = ()  # what the node read differently from its inputs, for every run's stats
 
 
 def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
@@ -77,6 +78,7 @@ def outer_sample_wrapper(executor, *args, **kwargs):
     target = resolve(guider.model_patcher.model.diffusion_model)
     clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(args[2] if len(args) > 2 else None))
     plan = plan_run(holder.settings, clock.steps, target.num_blocks)
+    plan = dataclasses.replace(plan, warnings=holder.notes + plan.warnings)
     guidance = read_guidance(guider)
     if guider.model_patcher.get_additional_models_with_key("multigpu"):
         return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, MULTI_GPU_REFUSAL)

@@ -10,7 +10,7 @@ TINY_CONTEXT_FEATURES = 120  # txtlayers * txtdim of synthetic.Krea2Shape()
 CACHE_NODE_DEFAULTS = {
     "steps_mask": "none", "Fn_compute_blocks": 1, "Bn_compute_blocks": 0,
     "residual_diff_threshold": 0.24, "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
-    "max_continuous_cached_steps": 3, "enable_taylorseer": False, "taylorseer_order": 1,
+    "max_continuous_cached_steps": 3, "calibrator": "none", "taylorseer_order": 1, "dmd_history": 6,
 }
 
 

@@ -6,7 +6,9 @@ shows what ``GET /krea2_cachedit/stats`` reports for that prompt (text, step str
 residual-diff chart, threshold suggestions, time estimate) while B's same-id node
 shows nothing, then that it comes back on A's reload (not on B's), also in the
 Nodes 2.0 renderer, and clears when another workflow is loaded. Last, workflows saved
-while the node still had its ``preset`` input load with every value in its place.
+while the node still had its ``preset`` input or its ``enable_taylorseer`` switch load
+with every value in its place and the same behaviour (the switch as a calibrator), and
+one of them runs so.
 
 Needs Chromium and ``npm ci`` in tests/browser (``tests/browser/setup.sh``).
 ``KREA2_FRONTEND_ROOT`` runs it against another frontend build (an unpacked
@@ -37,8 +39,18 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "example_workflows"
 # The random tiny model's residual changes are large (~0.7-1 per step after warmup): at this
 # threshold some steps cache and others don't, so the chart has both kinds of marks.
 RUN_CACHE = {"residual_diff_threshold": 0.9}
-# Values of the `preset` input the node had first: "auto" was its default, "turbo" replaced values.
-OLD_PRESETS_TESTED = ("auto", "turbo")
+# Workflows saved with the node's former inputs: the `preset` it had first ("auto" was its default,
+# "turbo" replaced values) before its `enable_taylorseer` switch and order, or the switch alone.
+# name: (preset or None, enable_taylorseer, taylorseer_order, run it in the editor).
+OLD_LAYOUTS = {
+    "preset_auto": ("auto", False, 1, False),
+    "preset_turbo_taylorseer": ("turbo", True, 3, False),
+    "taylorseer": (None, True, 2, True),
+}
+# What the node had before the calibrator choice, in its widget order.
+SWITCH_LAYOUT = ["steps_mask", "Fn_compute_blocks", "Bn_compute_blocks", "residual_diff_threshold",
+                 "max_warmup_steps", "warmup_interval", "max_cached_steps", "max_continuous_cached_steps",
+                 "enable_taylorseer", "taylorseer_order"]
 STEPS = 8
 CACHE_NODE_ID = 5
 
@@ -124,21 +136,28 @@ def _quiet_first_run(server: ComfyServer):
         server.post(f"/settings/{setting}", value)
 
 
-def old_layout_workflows(presets=OLD_PRESETS_TESTED) -> tuple[dict, list]:
-    """The test workflow with the cache node saved as before it lost ``preset``, one per old preset.
+def old_layout_workflows() -> tuple[dict, dict]:
+    """The test workflow with the cache node saved in the node's former layouts (``OLD_LAYOUTS``).
 
-    Its values are the example workflow's (the current layout) with the old preset's value
-    inserted first, where the editor then stored it; also returns those current values.
+    The saved values are the example workflow's where the old node had the same inputs, so each
+    one can be told from a default; returns {name: {workflow, run}} and {name: the current inputs
+    (by name) the node must open with}.
     """
     example = json.loads((EXAMPLES / "krea2_turbo_cachedit.json").read_text())
     current = next(n for n in example["nodes"] if n["type"] == "Krea2CacheDiT")["widgets_values"]
-    workflows = {}
-    for preset in presets:
-        workflow = ui_workflow(seed=1)
+    shared = dict(zip(CACHE_NODE_DEFAULTS, current))
+    shared.update(residual_diff_threshold=RUN_CACHE["residual_diff_threshold"], max_warmup_steps=2)
+    workflows, expected = {}, {}
+    for name, (preset, switch, order, run) in OLD_LAYOUTS.items():
+        saved = {**shared, "enable_taylorseer": switch, "taylorseer_order": order}
+        values = [saved[key] for key in SWITCH_LAYOUT]
+        workflow = ui_workflow(seed=random.SystemRandom().randrange(1, 2**31) if run else 1)
         cache_node = next(n for n in workflow["nodes"] if n["type"] == "Krea2CacheDiT")
-        cache_node["widgets_values"] = [preset, *current]
-        workflows[preset] = workflow
-    return workflows, current
+        cache_node["widgets_values"] = values if preset is None else [preset, *values]
+        workflows[name] = {"workflow": workflow, "run": run}
+        expected[name] = {**CACHE_NODE_DEFAULTS, **{k: v for k, v in shared.items()},
+                          "calibrator": "taylorseer" if switch else "none", "taylorseer_order": order}
+    return workflows, expected
 
 
 def check_chart(shown: dict, record: dict):
@@ -197,7 +216,7 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     _quiet_first_run(editor_server)
     workflow_path = tmp_path / "workflow.json"
     workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), cache=RUN_CACHE)))
-    old_layouts, current_values = old_layout_workflows()
+    old_layouts, old_expected = old_layout_workflows()
     old_layout_path = tmp_path / "old_layout.json"
     old_layout_path.write_text(json.dumps(old_layouts))
     ARTIFACTS.mkdir(exist_ok=True)
@@ -226,7 +245,9 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert result["before_run"]["prompt_id"] == "" and result["before_run"]["cells"] == []
 
     # The record the server kept for the one prompt tab A queued is the one the node shows.
-    assert list(queued) == ["A"] and len(queued["A"]) == 1, queued
+    assert sorted(queued) == sorted(["A", *(f"old_layout:{name}" for name, case in old_layouts.items()
+                                            if case["run"])]), queued
+    assert len(queued["A"]) == 1, queued
     [record] = editor_server.stats_for(queued["A"][0], str(CACHE_NODE_ID))
     assert record["steps"] == STEPS
     live = result["live"]
@@ -243,6 +264,7 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert (int(saved.group(2)), int(saved.group(3))) == (record["block_evals"], record["block_evals_uncached"])
     separate = "on" if record["has_separate_cfg"] else "off"
     assert f"CFG: {record['cfg_mode']} · separate CFG: {separate}" in text, text
+    assert record["calibrator"] == {"name": "none"} and live["calibrator"] == "Calibrator: none", live["calibrator"]
     assert ARTIFACTS.joinpath("browser_stats.png").stat().st_size > 10_000
     assert live["fits"], "the panel cuts its content off"
     check_chart(live, record)
@@ -275,16 +297,28 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert reopened["client_id"] == record["client_id"]
     assert reopened["prompt_id"] == "" and reopened["cells"] == [], reopened
 
-    # A workflow saved while the node had `preset` first: the node shows, saves and runs the saved
-    # values in their places, without the preset and without the preset's old run-time values.
+    # Workflows saved with the node's former inputs: the node shows, saves and sends the saved values in
+    # their places, the switch as the calibrator that does what it did (its order kept), and inputs the
+    # old node lacked at their defaults; without the preset and its old run-time values.
     names = list(CACHE_NODE_DEFAULTS)
-    expected = dict(zip(names, current_values))
-    for preset in OLD_PRESETS_TESTED:
-        loaded = result["old_layout"][preset]
+    for name, (preset, switch, order, run) in OLD_LAYOUTS.items():
+        loaded, expected = result["old_layout"][name], old_expected[name]
         assert list(loaded["shown"]) == names, f"the node's widgets changed: {list(loaded['shown'])}"
-        assert loaded["shown"] == expected, (preset, loaded["shown"])
-        assert loaded["widgets_values"] == current_values, (preset, loaded["widgets_values"])
+        assert loaded["shown"] == expected, (name, loaded["shown"])
+        assert loaded["widgets_values"] == list(expected.values()), (name, loaded["widgets_values"])
         inputs = {k: v for k, v in loaded["prompt_inputs"].items() if k != "model"}
-        assert inputs == expected, (preset, inputs)
-        assert len(loaded["console_info"]) == 1 and f'dropped the old preset "{preset}"' in loaded["console_info"][0], (
-            loaded["console_info"])
+        assert inputs == expected, (name, inputs)
+        messages = loaded["console_info"]
+        assert len(messages) == (2 if preset else 1), messages
+        if preset:
+            assert f'dropped the old preset "{preset}"' in messages[0], messages
+        assert f'enable_taylorseer {str(switch).lower()} opened as calibrator "{expected["calibrator"]}"' in messages[-1]
+        if not run:
+            continue
+        # It runs as it opened: TaylorSeer at the saved order, and the node says so.
+        [old_record] = editor_server.stats_for(queued[f"old_layout:{name}"][0], str(CACHE_NODE_ID))
+        assert old_record["settings"] == expected, old_record["settings"]
+        assert old_record["calibrator"] == {"name": "taylorseer", "taylorseer_order": order}
+        shown = loaded["after_run"]
+        assert shown["prompt_id"] == old_record["prompt_id"] and shown["fits"], shown
+        assert shown["calibrator"] == f"Calibrator: taylorseer (order {order})", shown["calibrator"]

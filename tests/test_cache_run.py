@@ -356,19 +356,91 @@ def test_threshold_caching_without_a_mask(transformer):
     assert all(not {s, s + 1, s + 2} <= set(cached) for s in cached), "at most 2 cached steps in a row"
 
 
-def test_taylorseer_extrapolates_the_cached_steps(transformer):
-    settings = CacheSettings(steps_mask="fast", enable_taylorseer=True, taylorseer_order=2)
-    with_taylorseer, without = Stream(COND, 1), Stream(COND, 1)
-    run = run_single(transformer, settings, with_taylorseer)
-    run_single(transformer, FAST, without)
-    assert run.record.cached_steps == FAST_MASK_CACHED
-    assert all(torch.isfinite(o).all() for o in with_taylorseer.outputs)
-    # Only TaylorSeer changes what a cached step serves (the extrapolated residual instead of the
-    # last one), so the first step where the runs part is a cached one. Here that is step 5, not 3:
-    # cache-dit's TaylorSeer state has its first derivative only from its third update on.
-    differs = [step for step, (a, b) in enumerate(zip(with_taylorseer.outputs, without.outputs))
-               if not torch.equal(a, b)]
+# cache-dit's "medium" mask for 8 steps is 1 1 1 1 0 1 0 1: steps 4 and 6 are served from the cache.
+# Step 4 comes after 4 computed steps in a row, so every calibrator has what it needs to forecast
+# there (TaylorSeer its derivative, FoCa its two anchors, DMD its 4 evenly spaced snapshots).
+MEDIUM = CacheSettings(steps_mask="medium")
+MEDIUM_MASK_CACHED = [4, 6]
+CALIBRATED = {"taylorseer": dict(calibrator="taylorseer", taylorseer_order=2), "foca": dict(calibrator="foca"),
+              "dmd": dict(calibrator="dmd", dmd_history=6)}
+
+
+def differing_steps(a: Stream, b: Stream) -> list[int]:
+    return [step for step, (x, y) in enumerate(zip(a.outputs, b.outputs)) if not torch.equal(x, y)]
+
+
+def run_with_mask(transformer, settings: CacheSettings, mask: tuple[int, ...], stream: Stream) -> CacheRun:
+    """One stream, one call per step, with a step mask of its own (cache-dit's masks are fixed)."""
+    target = registry.resolve(transformer)
+    plan = RunPlan(steps=STEPS, settings=settings, mask=mask)
+    with CacheRun(target, plan, StepClock(SIGMAS), cfg=1.0, conds_per_step=1) as run:
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return run
+
+
+@pytest.mark.parametrize("name", list(CALIBRATED))
+def test_each_calibrator_changes_what_the_same_cached_steps_serve(transformer, name):
+    settings = CacheSettings(steps_mask="medium", **CALIBRATED[name])
+    calibrated, plain = Stream(COND, 1), Stream(COND, 1)
+    run = run_single(transformer, settings, calibrated)
+    run_single(transformer, MEDIUM, plain)
+    assert run.record.cached_steps == MEDIUM_MASK_CACHED, "the mask, not the calibrator, decides what is cached"
+    assert run.record.as_dict()["calibrator"]["name"] == name
+    assert all(torch.isfinite(o).all() for o in calibrated.outputs)
+    # A calibrator only changes what a cached step serves: the runs agree up to the first cached
+    # step, and part there.
+    assert differing_steps(calibrated, plain)[:1] == [MEDIUM_MASK_CACHED[0]], differing_steps(calibrated, plain)
+
+
+def test_taylorseer_order_reaches_cache_dit(transformer):
+    first, second = Stream(COND, 1), Stream(COND, 1)
+    run_single(transformer, CacheSettings(steps_mask="medium", calibrator="taylorseer", taylorseer_order=1), first)
+    run_single(transformer, CacheSettings(steps_mask="medium", calibrator="taylorseer", taylorseer_order=2), second)
+    differs = differing_steps(first, second)
+    assert differs and differs[0] in MEDIUM_MASK_CACHED, differs
+
+
+def test_dmd_history_reaches_cache_dit(transformer):
+    """Five computed steps before the first cached one: a window of 4 and one of 6 fit different DMDs."""
+    mask = (1, 1, 1, 1, 1, 0, 1, 1)
+    short, long = Stream(COND, 1), Stream(COND, 1)
+    run = run_with_mask(transformer, CacheSettings(calibrator="dmd", dmd_history=4), mask, short)
+    run_with_mask(transformer, CacheSettings(calibrator="dmd", dmd_history=6), mask, long)
+    assert run.record.cached_steps == [5]
+    assert run.record.as_dict()["calibrator"] == {"name": "dmd", "dmd_history": 4, "forecast_steps": [5]}
+    assert differing_steps(short, long) == [5, 6, 7]
+
+
+def test_dmd_without_its_4_evenly_spaced_computed_steps_serves_its_fallback(transformer):
+    """8 steps "fast" (1 1 1 0 1 0 0 1) never has 4 evenly spaced computed steps before a cached one:
+    the record says DMD forecast no step, and indeed its window length changes nothing (its Taylor
+    fallback does not read it), while it still serves something else than no calibrator."""
+    outputs = []
+    for history in (4, 6, 16):
+        stream = Stream(COND, 1)
+        run = run_single(transformer, CacheSettings(steps_mask="fast", calibrator="dmd", dmd_history=history), stream)
+        assert run.record.as_dict()["calibrator"] == {"name": "dmd", "dmd_history": history, "forecast_steps": []}
+        outputs.append(stream)
+    plain = Stream(COND, 1)
+    run_single(transformer, FAST, plain)
+    assert differing_steps(outputs[0], outputs[1]) == differing_steps(outputs[0], outputs[2]) == []
+    differs = differing_steps(outputs[0], plain)
     assert differs and differs[0] in FAST_MASK_CACHED, differs
+
+
+@pytest.mark.parametrize("name", list(CALIBRATED))
+def test_split_calls_keep_each_streams_calibrator_apart(transformer, name):
+    """cache-dit keeps a second calibrator for the second CFG stream: each stream gets what it gets alone."""
+    settings = CacheSettings(steps_mask="medium", **CALIBRATED[name])
+    run, streams = run_split(transformer, settings, (COND, UNCOND))
+    assert (run.record.has_separate_cfg, run.record.cached_steps) == (True, MEDIUM_MASK_CACHED)
+    for branch, seed, tokens in ((COND, 1, 5), (UNCOND, 2, 7)):
+        alone = Stream(branch, seed, tokens=tokens)
+        run_single(transformer, settings, alone)
+        assert_same_outputs(streams[branch].outputs, alone.outputs, f"{name}, branch {branch}")
 
 
 def test_unsupported_module_is_named_in_the_error():

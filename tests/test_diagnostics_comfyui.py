@@ -19,7 +19,7 @@ def settings_of(inputs: dict) -> dict:
 @pytest.mark.parametrize("inputs", [
     {},
     {"steps_mask": "none", "residual_diff_threshold": 0.0},
-    {"steps_mask": "medium", "max_warmup_steps": 2, "enable_taylorseer": True, "taylorseer_order": 2},
+    {"steps_mask": "medium", "max_warmup_steps": 2, "calibrator": "taylorseer", "taylorseer_order": 2},
     {"residual_diff_threshold": 0.5, "Bn_compute_blocks": 1, "max_continuous_cached_steps": -1,
      "max_cached_steps": 3, "warmup_interval": 2},
 ], ids=["defaults", "off", "mask_and_taylorseer", "limits"])

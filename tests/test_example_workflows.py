@@ -46,7 +46,7 @@ EXPECTED = {
 }
 CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.24,
                   "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
-                  "max_continuous_cached_steps": 3, "enable_taylorseer": False, "taylorseer_order": 1,
+                  "max_continuous_cached_steps": 3, "calibrator": "none", "taylorseer_order": 1, "dmd_history": 6,
                   "steps_mask": "none"}
 # Examples that sample with and without Cache-DiT and compare the two images.
 COMPARE_EXAMPLES = [path for path in EXAMPLES if nodes_of_type(path, "Krea2CompareImages")]

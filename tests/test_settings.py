@@ -15,7 +15,7 @@ def test_defaults_are_the_reference_settings_and_run_exactly():
     kwargs = plan.db_cache_kwargs(start_step=0, separate_cfg=False)
     assert (kwargs["Fn_compute_blocks"], kwargs["Bn_compute_blocks"], kwargs["max_warmup_steps"]) == (1, 0, 4)
     assert (kwargs["residual_diff_threshold"], kwargs["max_continuous_cached_steps"]) == (0.24, 3)
-    assert "steps_computation_mask" not in kwargs and not defaults.enable_taylorseer
+    assert "steps_computation_mask" not in kwargs and defaults.calibrator == "none"
 
 
 @pytest.mark.parametrize("steps", [8, 52])

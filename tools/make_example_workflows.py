@@ -54,7 +54,7 @@ def note(variant: str, loader: str) -> str:
     return (
         f"## Krea-2 {variant.capitalize()} + Cache-DiT\n\n"
         f"**Krea-2 Cache-DiT** sits between the model loader ({loader}) and the KSampler. "
-        "Preset `auto` picks the Turbo settings for runs of up to 16 steps and the Raw settings above; "
+        "Its defaults are the reference settings measured on real Krea-2 weights (no step mask, no calibrator); "
         "the stats of each run are printed in the console and shown on the node.\n\n"
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n"
     )

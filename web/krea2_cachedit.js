@@ -1,8 +1,8 @@
 // Shows the cache stats of the last sampling run on each Krea2CacheDiT node.
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
-// node.addDOMWidget, api events and fetchApi; beforeRegisterNodeDef to read
-// workflows saved before the node lost its `preset` input), and every style is
+// node.addDOMWidget, api events and fetchApi; beforeRegisterNodeDef to read workflows
+// saved with the node's former `preset` and `enable_taylorseer` inputs), and every style is
 // inline on our own element, so a frontend update or another pack's CSS cannot
 // break it and it restyles nothing else. A DOM widget (rather than canvas
 // drawing; the chart is inline SVG inside it) renders in both the classic canvas
@@ -15,7 +15,13 @@ const NODE_CLASS = "Krea2CacheDiT";
 const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280" };
-// The node's first input until it was removed; workflows saved before still carry its value.
+// The node's widget layouts before the current one, as saved in widgets_values (by position).
+// Until the calibrator choice, a TaylorSeer on/off switch (then its order) ended the list...
+const SWITCH_LAYOUT = ["steps_mask", "Fn_compute_blocks", "Bn_compute_blocks", "residual_diff_threshold",
+  "max_warmup_steps", "warmup_interval", "max_cached_steps", "max_continuous_cached_steps", "enable_taylorseer",
+  "taylorseer_order"];
+// ...and before that, a `preset` came first.
+const PRESET_LAYOUT = ["preset", ...SWITCH_LAYOUT];
 const OLD_PRESETS = ["auto", "turbo", "raw", "custom"];
 
 // Which Krea2CacheDiT node objects existed when each of this client's prompts
@@ -210,6 +216,19 @@ function timeText(record) {
   return `Time: ~${speedup.toFixed(1)}x, ${seconds(Math.abs(saved))} ${saved >= 0 ? "saved" : "lost"} (estimated)`;
 }
 
+// "none", "foca", "taylorseer (order 2)", "dmd (history 6, its fit on 1/2 cached steps)".
+function calibratorText(record) {
+  const { calibrator } = record;
+  const parts = [];
+  if (calibrator.taylorseer_order != null) parts.push(`order ${calibrator.taylorseer_order}`);
+  if (calibrator.dmd_history != null) parts.push(`history ${calibrator.dmd_history}`);
+  if (Array.isArray(calibrator.forecast_steps)) {
+    const served = record.cached_steps.length + (record.partial_steps?.length ?? 0);
+    parts.push(`its fit on ${calibrator.forecast_steps.length}/${served} cached steps`);
+  }
+  return parts.length ? `${calibrator.name} (${parts.join(", ")})` : calibrator.name;
+}
+
 function render(panel, record) {
   panel.replaceChildren();
   panel.dataset.promptId = record?.prompt_id ?? "";
@@ -238,6 +257,13 @@ function render(panel, record) {
     out.add(line, LINE);
   }
   out.add(el("div", {}, `CFG: ${record.cfg_mode} · separate CFG: ${record.has_separate_cfg ? "on" : "off"}`), LINE);
+  if (record.calibrator) {
+    const line = el("div", {}, `Calibrator: ${calibratorText(record)}`);
+    line.dataset.role = "calibrator";
+    line.title = "what a cached step served: the last computed residual (none) or a calibrator's forecast" +
+      (record.calibrator.forecast_steps ? "; DMD's other cached steps got its first-order Taylor fallback" : "");
+    out.add(line, LINE);
+  }
 
   const strip = el("div", { display: "flex", gap: "2px", margin: "4px 0 2px", height: "12px" });
   strip.dataset.role = "steps";
@@ -327,8 +353,9 @@ function attachPanel(node) {
 // the node runs exactly the values it shows.
 function withoutOldPreset(node, info) {
   const values = info?.widgets_values;
-  const saved = (node.widgets ?? []).filter((w) => w.serialize !== false).length;
-  if (!Array.isArray(values) || values.length !== saved + 1 || !OLD_PRESETS.includes(values[0])) return info;
+  if (!Array.isArray(values) || values.length !== PRESET_LAYOUT.length || !OLD_PRESETS.includes(values[0])) {
+    return info;
+  }
   const preset = values[0];
   const replaced = preset === "custom" ? "" : " (it used to replace the values left at their defaults at run time)";
   console.info(`[Krea-2 Cache-DiT] node ${info.id}: dropped the old preset "${preset}"${replaced}; ` +
@@ -337,6 +364,30 @@ function withoutOldPreset(node, info) {
   if (info.widgets_values_named && "preset" in info.widgets_values_named) {
     const { preset: _dropped, ...named } = info.widgets_values_named;
     migrated.widgets_values_named = named;
+  }
+  return migrated;
+}
+
+// Workflows saved while the node had its `enable_taylorseer` switch store a boolean where the
+// calibrator choice is now, and no dmd_history. Such a node opens with the same behaviour: the
+// switch on becomes calibrator "taylorseer" (its saved order kept), off becomes "none"; every
+// other saved value keeps its name, and inputs the old node lacked keep their defaults.
+function withCalibratorChoice(node, info) {
+  const values = info?.widgets_values;
+  const switchAt = SWITCH_LAYOUT.indexOf("enable_taylorseer");
+  if (!Array.isArray(values) || values.length !== SWITCH_LAYOUT.length || typeof values[switchAt] !== "boolean") {
+    return info;
+  }
+  const old = Object.fromEntries(SWITCH_LAYOUT.map((name, i) => [name, values[i]]));
+  const calibrator = old.enable_taylorseer ? "taylorseer" : "none";
+  const current = (node.widgets ?? []).filter((w) => w.serialize !== false);
+  console.info(`[Krea-2 Cache-DiT] node ${info.id}: enable_taylorseer ${old.enable_taylorseer} opened as ` +
+    `calibrator "${calibrator}"${old.enable_taylorseer ? ` (order ${old.taylorseer_order})` : ""}.`);
+  const migrated = { ...info, widgets_values: current.map((w) => (
+    w.name === "calibrator" ? calibrator : w.name in old ? old[w.name] : w.value)) };
+  if (info.widgets_values_named && "enable_taylorseer" in info.widgets_values_named) {
+    const { enable_taylorseer: _dropped, ...named } = info.widgets_values_named;
+    migrated.widgets_values_named = { ...named, calibrator };
   }
   return migrated;
 }
@@ -384,7 +435,8 @@ app.registerExtension({
     if (nodeData?.name !== NODE_CLASS) return;
     const configure = nodeType.prototype.configure;
     nodeType.prototype.configure = function (info) {
-      return configure.call(this, withoutOldPreset(this, info));
+      // Oldest layout first: a workflow from before both changes passes through both.
+      return configure.call(this, withCalibratorChoice(this, withoutOldPreset(this, info)));
     };
   },
 

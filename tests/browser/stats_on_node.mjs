@@ -2,8 +2,8 @@
 // server show the same workflow; tab A queues it; report what the Krea2CacheDiT node
 // shows in each tab, live and after a reload (see tests/test_browser.py for the checks).
 //
-// Then loads workflows saved while the node still had its `preset` input and reports
-// the values the node shows, saves and sends.
+// Then loads workflows saved while the node still had its `preset` or `enable_taylorseer`
+// inputs and reports the values the node shows, saves and sends, and runs those marked to run.
 //
 // usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir> <old-layout workflows.json>
 // writes <out dir>/result.json, browser_stats.png (the editor after the run), and close-ups of
@@ -14,12 +14,14 @@ import { launchHeadless } from "./headless_editor.mjs";
 
 const [url, workflowPath, outDir, oldLayoutPath] = process.argv.slice(2);
 const workflow = JSON.parse(readFileSync(workflowPath, "utf8"));
-const oldLayouts = JSON.parse(readFileSync(oldLayoutPath, "utf8")); // {preset: workflow}
+const oldLayouts = JSON.parse(readFileSync(oldLayoutPath, "utf8")); // {name: {workflow, run}}
 const RUN_TIMEOUT_MS = Number(process.env.KREA2_BROWSER_RUN_TIMEOUT_MS || 240_000);
 const EVENT = "krea2_cachedit.stats";
 
 const { context, close } = await launchHeadless();
 const result = { console_errors: [], failed_requests: [], console_info: [], queued_prompt_ids: {} };
+// Prompts queued while this is set are listed under it instead of the tab's name.
+let queueTag = null;
 
 // One editor tab: its page and what it can read off the node.
 function editor(page, name) {
@@ -36,7 +38,7 @@ function editor(page, name) {
     // The ids the server gave this tab's queued prompts: the test reads their stats by id.
     if (response.ok() && response.request().method() === "POST" && response.url().endsWith("/api/prompt")) {
       const { prompt_id: promptId } = await response.json().catch(() => ({}));
-      (result.queued_prompt_ids[name] ??= []).push(promptId ?? null);
+      (result.queued_prompt_ids[queueTag ?? name] ??= []).push(promptId ?? null);
     }
     if (response.status() < 400) return;
     // A rejected prompt says why in its body; other misses are just listed.
@@ -98,6 +100,7 @@ function editor(page, name) {
       })(),
       suggestions: [...panel.querySelectorAll('[data-role="suggestions"] > span')].map((s) => s.textContent),
       time: panel.querySelector('[data-role="time"]')?.textContent ?? null,
+      calibrator: panel.querySelector('[data-role="calibrator"]')?.textContent ?? null,
       client_id: window.krea2TestApi.clientId,
       workflow_id: window.krea2TestApp.rootGraph.id,
       stats_events: window.krea2TestStatsEvents,
@@ -217,13 +220,14 @@ try {
   await a.page.waitForTimeout(1500);
   result.after_new_graph_reload = await a.read(cacheNodeId);
 
-  // Workflows in the layout from before the node lost `preset`: what the node shows (by widget
-  // name), saves (widgets_values) and sends (the prompt's inputs) after loading each.
+  // Workflows in the layouts from before the node lost `preset` and `enable_taylorseer`: what
+  // the node shows (by widget name), saves (widgets_values) and sends (the prompt's inputs)
+  // after loading each; and what it shows after running those marked to run.
   result.old_layout = {};
-  for (const [preset, oldWorkflow] of Object.entries(oldLayouts)) {
+  for (const [key, { workflow: oldWorkflow, run }] of Object.entries(oldLayouts)) {
     const infoBefore = result.console_info.length;
     await a.load(oldWorkflow);
-    result.old_layout[preset] = await a.page.evaluate(async (id) => {
+    result.old_layout[key] = await a.page.evaluate(async (id) => {
       const app = window.krea2TestApp;
       const node = app.graph.getNodeById(Number(id));
       const saved = node.widgets.filter((w) => w.serialize !== false);
@@ -234,7 +238,14 @@ try {
         prompt_inputs: output[id]?.inputs ?? null,
       };
     }, cacheNodeId);
-    result.old_layout[preset].console_info = result.console_info.slice(infoBefore);
+    result.old_layout[key].console_info = result.console_info.slice(infoBefore);
+    if (run) {
+      queueTag = `old_layout:${key}`;
+      await a.page.evaluate(() => { window.krea2TestEnded = []; });
+      await a.page.evaluate(() => window.krea2TestApp.queuePrompt(0));
+      result.old_layout[key].after_run = await waitForRun();
+      queueTag = null;
+    }
   }
 } catch (error) {
   result.error = String(error?.stack || error);
