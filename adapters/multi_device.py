@@ -15,7 +15,8 @@ device whose residual changed most decides, the most conservative choice.
 
 Who votes in a step is who voted in the step before: the conds a device is sent stay the same
 from step to step unless the conds themselves change (e.g. a timestep range ends). A device that
-stops getting work is waited for once, for at most ``wait_s``, and that step is computed
+stops getting work is waited for once (``StepConsensus.wait_s``: ten times the longest gap
+between the devices' votes seen so far, at least ``MIN_WAIT_S``), and that step is computed
 everywhere (said in the record's warnings); a device that gets other work than before starts a
 fresh context through its ``CacheRun`` (its first step computes, never serving another cond's
 residual), so its vote in that step is "no".
@@ -39,9 +40,12 @@ from .settings import RunPlan
 from .stats import RunRecord, summarize_steps
 from .step_clock import StepClock
 
-# How long a device that voted "cache" waits for a device that voted in the previous step.
-# Only reached when a device gets no work in a step any more; normal skew is one model call.
-DEFAULT_WAIT_S = 60.0
+# The least time a device that voted "cache" waits for the votes of the devices that voted in the
+# step before. Only used up when a device gets no work in a step any more: devices vote a few
+# blocks into the same step, normally milliseconds apart.
+MIN_WAIT_S = 10.0
+# How many times the longest gap seen between the devices' votes of one step a device waits.
+WAIT_PER_GAP = 10.0
 # A step's reason on a device that would have cached it, had another device not computed it.
 OTHER_DEVICE = "other_device"
 
@@ -99,6 +103,7 @@ class _Ballot:
     votes: dict[str, bool] = dataclasses.field(default_factory=dict)
     decision: bool | None = None
     timed_out: list[str] = dataclasses.field(default_factory=list)
+    first_vote: float = 0.0
 
     def settle(self) -> None:
         if self.decision is None and (not all(self.votes.values()) or self.expected <= self.votes.keys()):
@@ -108,10 +113,15 @@ class _Ballot:
 class StepConsensus:
     """Per step, the devices' votes on serving it from the cache: yes only if every device says yes."""
 
-    def __init__(self, wait_s: float = DEFAULT_WAIT_S):
-        self.wait_s = wait_s
+    def __init__(self, min_wait_s: float = MIN_WAIT_S):
+        self.min_wait_s = min_wait_s
+        self._longest_gap = 0.0
         self._ballots: dict[int, _Ballot] = {}
         self._changed = threading.Condition()
+
+    @property
+    def wait_s(self) -> float:
+        return max(self.min_wait_s, WAIT_PER_GAP * self._longest_gap)
 
     def vote(self, step: int, device: str, cache: bool) -> bool:
         """``device``'s call at ``step`` would ``cache``: what it must do so that all devices do alike."""
@@ -121,10 +131,15 @@ class StepConsensus:
                 # A further stream of this device in this step: the step's decision stands (its first
                 # call only returned once it was made); this stream may still compute on its own.
                 return cache and bool(ballot.decision)
+            now = time.monotonic()
+            if not ballot.votes:
+                ballot.first_vote = now
+            elif device in ballot.expected and not ballot.timed_out:
+                self._longest_gap = max(self._longest_gap, now - ballot.first_vote)
             ballot.votes[device] = cache
             ballot.settle()
             self._changed.notify_all()
-            deadline = time.monotonic() + self.wait_s
+            deadline = now + self.wait_s
             while ballot.decision is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -138,8 +153,8 @@ class StepConsensus:
     def withdraw(self, step: int, device: str) -> None:
         """``device``'s call at ``step`` ended before it voted (an error): nobody waits for it."""
         with self._changed:
-            ballot = self._ballots.get(step)
-            if ballot is not None and device not in ballot.votes:
+            ballot = self._ballot(step)
+            if device not in ballot.votes:
                 ballot.expected.discard(device)
                 ballot.settle()
                 self._changed.notify_all()
@@ -218,12 +233,12 @@ class MultiDeviceRun:
 
     def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock, cfg: float,
                  node_id: str = "", prompt_id: str = "", guidance: dict | None = None,
-                 wait_s: float = DEFAULT_WAIT_S):
+                 min_wait_s: float = MIN_WAIT_S):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
         self.clock = SharedClock(clock)
-        self.consensus = StepConsensus(wait_s)
+        self.consensus = StepConsensus(min_wait_s)
         self.devices = []
         for device in devices:
             device_clock = self.clock.for_device(device.label)
@@ -268,8 +283,8 @@ def merge_records(run: MultiDeviceRun, duration: float) -> RunRecord:
     overridden = run.consensus.overridden()
     warnings = list(dict.fromkeys(w for r in records for w in r.warnings))
     for step, missing in run.consensus.timeouts().items():
-        warnings.append(f"Step {step}: device(s) {', '.join(missing)} got no work in this step; it was "
-                        f"computed on every device.")
+        warnings.append(f"Step {step}: {', '.join(missing)} got no work in this step (the conds changed), so "
+                        f"after waiting for it the step was computed on every device.")
     streams = []
     for device, record in zip(run.devices, records):
         for stream in record.streams:

@@ -131,3 +131,17 @@ def test_a_device_that_shares_the_main_model_is_refused_clearly_and_runs_uncache
     assert record["status"] == "skipped" and record["cached_steps"] == [] and record["calls"] == 0
     assert "share one copy of the model" in record["warnings"][0] and "not cached" in record["warnings"][0]
     assert torch.equal(latent, without)
+
+
+def test_a_two_evaluation_sampler_serves_each_devices_first_evaluation_of_a_step(comfy_server):
+    """heun: the corrector's calls (at sigma[i+1]) go to the devices too and are computed beside the cache."""
+    prompt = graph({"steps_mask": "fast"}, "mgpu_heun")
+    prompt["6"]["inputs"]["sampler_name"] = "heun"
+    _, record = run(comfy_server, prompt)
+    assert record["device_count"] == 2 and record["cached_steps"] == FAST_8_CACHED
+    for device, branch in zip(record["devices"], (0, 1)):
+        calls = [(entry[0], entry[1], entry[2]) for entry in device["call_log"]]
+        expected = [(step, [branch], served) for step in range(STEPS)
+                    for served in ((True, False) if step < STEPS - 1 else (True,))]
+        assert calls == expected, device["device"]
+        assert device["cached_steps"] == FAST_8_CACHED and len(set(device["threads"])) == 1
