@@ -145,3 +145,33 @@ def test_a_two_evaluation_sampler_serves_each_devices_first_evaluation_of_a_step
                     for served in ((True, False) if step < STEPS - 1 else (True,))]
         assert calls == expected, device["device"]
         assert device["cached_steps"] == FAST_8_CACHED and len(set(device["threads"])) == 1
+
+
+def test_cfg_1_runs_on_the_first_device_alone_and_caches_there(comfy_server):
+    """One cond per step: ComfyUI gives it to the first device, the second gets no work and is not waited for."""
+    prompt = krea2_prompt(cfg=1.0, steps=STEPS, cache={"steps_mask": "fast"}, seed=72, prefix="mgpu_cfg1")
+    prompt["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
+    prompt["5"]["inputs"]["model"] = ["20", 0]
+    _, record = run(comfy_server, prompt)
+    main, clone = record["devices"]
+    assert (main["device"], main["calls"], clone["device"], clone["calls"]) == ("cpu", STEPS, "cpu:1", 0)
+    assert record["cached_steps"] == main["cached_steps"] == FAST_8_CACHED and record["warnings"] == []
+    assert record["cfg_mode"] == "none" and record["duration_s"] < 60
+
+
+def test_three_conds_on_two_devices_batch_two_on_the_first(comfy_server):
+    """Perp-neg: the first device is sent two conds (batched, one stream), the second the third."""
+    from krea2_prompts import guided_prompt
+
+    guider = {"class_type": "PerpNegGuider", "inputs": {"positive": ["2", 0], "negative": ["3", 0],
+                                                         "empty_conditioning": ["8", 0], "cfg": 3.5, "neg_scale": 1.0}}
+    prompt = guided_prompt(guider, cache={"steps_mask": "fast"}, prefix="mgpu_perp_neg")
+    prompt["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
+    prompt["5"]["inputs"]["model"] = ["20", 0]
+    _, record = run(comfy_server, prompt)
+    main, clone = record["devices"]
+    assert {tuple(sorted(entry[1])) for entry in main["call_log"]} == {(0, 2)}
+    assert {tuple(entry[1]) for entry in clone["call_log"]} == {(1,)}
+    assert (main["cfg_mode"], clone["cfg_mode"]) == ("batched", "none")
+    assert main["cache_contexts"] == clone["cache_contexts"] == 1
+    assert record["cached_steps"] == main["cached_steps"] == clone["cached_steps"] == FAST_8_CACHED
