@@ -184,7 +184,8 @@ class DeviceRun:
         self.clock = clock
         self.consensus = consensus
         self.threads: list[str] = []   # per call: the name of the thread it ran on
-        self.timings: list[tuple[int, tuple, bool, bool, CallTimer]] = []  # per call: step, branches, served, cached
+        # Per call: step, stream key, served by cache-dit, cached, its timer.
+        self.timings: list[tuple[int, tuple, bool, bool, CallTimer]] = []
         self._manager = None
 
     @property
@@ -301,8 +302,10 @@ def merge_records(run: MultiDeviceRun, duration: float) -> RunRecord:
         cached_steps=cached, partial_steps=partial, step_states=states,
         calls=sum(r.calls for r in records), extra_calls=sum(r.extra_calls for r in records),
         cache_contexts=max(r.cache_contexts for r in records),
+        # By step, then device; each device's calls of a step in the order they ran.
         call_log=[entry for _, entry in sorted(
-            ((entry[0], index), entry) for index, r in enumerate(records) for entry in r.call_log)],
+            (((entry[0], index, order), entry) for index, r in enumerate(records)
+             for order, entry in enumerate(r.call_log)), key=lambda item: item[0])],
         block_evals=sum(r.block_evals for r in records),
         block_evals_uncached=sum(r.block_evals_uncached for r in records),
         warnings=warnings, duration_s=round(duration, 4),

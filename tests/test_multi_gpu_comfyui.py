@@ -152,6 +152,10 @@ def test_a_two_evaluation_sampler_serves_each_devices_first_evaluation_of_a_step
                     for served in ((True, False) if step < STEPS - 1 else (True,))]
         assert calls == expected, device["device"]
         assert device["cached_steps"] == FAST_8_CACHED and len(set(device["threads"])) == 1
+    # The merged log: by step, then device, each device's calls in the order they ran.
+    assert [(entry[0], entry[1], entry[2]) for entry in record["call_log"]] == [
+        (step, [branch], served) for step in range(STEPS) for branch in (0, 1)
+        for served in ((True, False) if step < STEPS - 1 else (True,))]
 
 
 def test_cfg_1_runs_on_the_first_device_alone_and_caches_there(comfy_server):
@@ -182,3 +186,30 @@ def test_three_conds_on_two_devices_batch_two_on_the_first(comfy_server):
     assert (main["cfg_mode"], clone["cfg_mode"]) == ("batched", "none")
     assert main["cache_contexts"] == clone["cache_contexts"] == 1
     assert record["cached_steps"] == main["cached_steps"] == clone["cached_steps"] == FAST_8_CACHED
+
+
+def test_a_device_whose_cond_changes_mid_run_starts_a_fresh_cache(comfy_server):
+    """Two positives with timestep ranges (8 tokens, then 10): the first device's stream changes its shape
+    mid-run and starts a fresh context there; no residual of the old cond serves the new one, and every
+    step stays cached on both devices or on none."""
+    prompt = graph({"steps_mask": "fast"}, "mgpu_ranges")
+    prompt["30"] = {"class_type": "Krea2TestConditioning",
+                    "inputs": {"seed": 4, "tokens": 10, "features": prompt["2"]["inputs"]["features"],
+                               "nonce": prompt["2"]["inputs"]["nonce"]}}
+    prompt["31"] = {"class_type": "ConditioningSetTimestepRange", "inputs": {"conditioning": ["2", 0],
+                                                                              "start": 0.0, "end": 0.5}}
+    prompt["32"] = {"class_type": "ConditioningSetTimestepRange", "inputs": {"conditioning": ["30", 0],
+                                                                              "start": 0.5, "end": 1.0}}
+    prompt["33"] = {"class_type": "ConditioningCombine", "inputs": {"conditioning_1": ["31", 0],
+                                                                     "conditioning_2": ["32", 0]}}
+    prompt["6"]["inputs"]["positive"] = ["33", 0]
+    _, record = run(comfy_server, prompt)
+    main, clone = record["devices"]
+    assert record["warnings"] == [] and record["partial_steps"] == []
+    assert clone["cache_contexts"] == 1 and {tuple(e[1]) for e in clone["call_log"]} == {(1,)}
+    assert main["cache_contexts"] >= 2 and {tuple(e[1]) for e in main["call_log"]} == {(0,)}
+    fresh = [s for s in record["streams"] if s["device"] == "cpu" and s["context"] > 0]
+    assert fresh and all(s["step_reasons"][0] == "fresh_context" for s in fresh)
+    for stream in fresh:  # the step a fresh context starts at computes on every device
+        assert stream["start_step"] not in record["cached_steps"]
+    assert record["cached_steps"] == main["cached_steps"] == clone["cached_steps"]
