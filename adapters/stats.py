@@ -58,6 +58,11 @@ class RunRecord:
     # queued the prompt and the id of the editor workflow it came from; None when unknown.
     client_id: str | None = None
     workflow_id: str | None = None
+    # Multi-device runs: one summary per device (calls, threads, cached steps, its own CFG mode),
+    # and the block evaluations of the busiest device per step [with the cache, without], which the
+    # wall time follows when the devices run side by side. Empty / None on one device.
+    devices: list = dataclasses.field(default_factory=list)
+    parallel_block_evals: list | None = None
 
     @property
     def estimated_speedup(self) -> float:
@@ -75,8 +80,13 @@ class RunRecord:
 
     @property
     def ideal_speedup(self) -> float:
-        """Block evaluations without the cache over those with it."""
-        return self.block_evals_uncached / self.block_evals if self.block_evals else 1.0
+        """Block evaluations without the cache over those with it (on the busiest device of each step)."""
+        with_cache, without = self.parallel_block_evals or (self.block_evals, self.block_evals_uncached)
+        return without / with_cache if with_cache else 1.0
+
+    @property
+    def device_count(self) -> int:
+        return max(1, len(self.devices))
 
     @property
     def calibrator(self) -> dict | None:
@@ -90,6 +100,7 @@ class RunRecord:
         data["estimated_speedup"] = round(self.estimated_speedup, 4)
         data["estimated_saved_s"] = round(self.estimated_saved_s, 4)
         data["calibrator"] = self.calibrator
+        data["device_count"] = self.device_count
         return data
 
     def log_line(self) -> str:
@@ -98,6 +109,7 @@ class RunRecord:
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode}, "
                 f"has_separate_cfg={self.has_separate_cfg}, calibrator {_calibrator_text(self.calibrator)}, "
+                f"{f'{self.device_count} devices, ' if self.device_count > 1 else ''}"
                 f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
                 f"{'' if self.status == 'ok' else f', run {self.status}'}")
 

@@ -7,7 +7,10 @@ side by side in one run, through ComfyUI's own execution (UNETLoader, KSampler, 
 
 - Turbo (8 steps, CFG 1) and Raw (52 steps, CFG 3.5) at 1024x1024: without the node, with the
   node's defaults, with ``steps_mask`` fast, and with caching off (its overhead must stay under 1%);
-- the same (without caching off) behind ComfyUI's TorchCompileModel (inductor).
+- the same (without caching off) behind ComfyUI's TorchCompileModel (inductor);
+- Raw on two GPUs (ComfyUI's ``MultiGPU CFG Split``: cond on one, uncond on the other), without
+  the node, with its defaults and with ``steps_mask`` fast, when the machine has two or more GPUs
+  ("skipped: one GPU" otherwise; the smoke run takes a second device key on the CPU instead).
 
 It keeps to a time budget (8 minutes, install included): it times the first runs and compile
 warm-ups, extrapolates, and cuts repeats, shortens Raw (fewer steps, ratio noted) or drops the
@@ -57,6 +60,8 @@ TURBO, RAW = Workload("turbo", 8, 1.0), Workload("raw", RAW_FULL_STEPS, 3.5)
 VARIANTS = {"uncached": None, "defaults": {}, "steps_mask fast": {"steps_mask": "fast"},
             "caching off": {"residual_diff_threshold": 0.0, "steps_mask": "none"}}
 COMPILED_VARIANTS = ("uncached", "defaults", "steps_mask fast")
+TWO_GPU_VARIANTS = ("uncached", "defaults", "steps_mask fast")
+TWO_GPUS = Workload("raw 2 gpus", RAW_FULL_STEPS, 3.5)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +172,17 @@ def summarize_row(row: Measured, rows: dict[tuple, Measured]) -> dict:
         "graphs_compiled_in_timed_runs": row.graphs_in_timed_runs if row.compiled else None,
         "node_inputs": row.inputs, "compile_backend": row.case.compile_backend,
         "effective_settings": stats.get("settings"), "steps_mask": stats.get("steps_mask"),
+        "devices": stats.get("device_count", 1 if stats else None),
+        "vs_one_gpu": vs_one_gpu(row, rows),
     }
+
+
+def vs_one_gpu(row: Measured, rows: dict[tuple, Measured]) -> float | None:
+    """A two-GPU row against Raw uncached on one GPU (same steps): what the second GPU and the cache give."""
+    one = rows.get(("raw", False, "uncached"))
+    if row.workload != TWO_GPUS.name or not (one and one.times and row.times) or one.case.steps != row.case.steps:
+        return None
+    return one.seconds / row.seconds
 
 
 def summarize(rows: dict[tuple, Measured]) -> list[dict]:
@@ -207,6 +222,11 @@ def print_table(report: dict):
         print(f"caching off, {workload}: overhead {o['overhead']:+.2%} vs no node over {o['repeats']} repeats "
               f"({flag}{'; smoke run timings say nothing' if report['smoke'] else ''}), "
               f"{'bit-identical' if o['bit_identical'] else 'NOT bit-identical'}")
+    print(f"two GPUs: {report.get('two_gpu', 'not run')}")
+    for r in report["cases"]:
+        if r["vs_one_gpu"] is not None:
+            print(f"  {r['case']}: {r['vs_one_gpu']:.2f}x vs Raw uncached on one GPU, {r['devices']} devices "
+                  f"in its stats")
     for cut in report["budget"]["cuts"]:
         print(f"cut: {cut}")
     for error in report["errors"]:
@@ -229,6 +249,7 @@ class Check:
         self.errors: list[str] = []
         self.raw_steps = scale.raw_steps
         self.compile_estimate_s = scale.compile_guess_s
+        self.two_gpu = "not run"
 
     # one prompt ----------------------------------------------------------------------------
     def make_case(self, workload: Workload, variant: str, compiled: bool, steps: int | None = None) -> Measured:
@@ -244,6 +265,8 @@ class Check:
     def run(self, case: Case, seed: int):
         """One prompt; interrupted (and BudgetExceeded) when it is still running at the deadline."""
         prompt = case_prompt(case, self.model_name, self.features, seed, self.scale.size, self.scale.tokens)
+        if case.name.startswith(TWO_GPUS.name):
+            on_two_devices(prompt, self.scale)
         try:
             return run_prompt(self.server, prompt, timeout=max(self.budget.left(), 1.0))
         except TimeoutError:
@@ -349,9 +372,37 @@ class Check:
             return
         self.repeat(rows, repeats)
 
+    def two_gpus(self):
+        """Raw with cond and uncond on two GPUs; its speedups against its own uncached two-GPU run,
+        and that run against Raw uncached on one GPU (``vs_eager``)."""
+        gpus = gpu_count()
+        if not self.scale.cpu and gpus < 2:
+            self.two_gpu = "skipped: one GPU"
+            print(f"[two GPUs] {self.two_gpu} ({gpus} found)", flush=True)
+            return
+        one_gpu = self.rows.get(("raw", False, "uncached"))
+        if one_gpu is None or not one_gpu.times:
+            self.two_gpu = "skipped: no one-GPU Raw run to compare with"
+            self.budget.cut(f"two GPUs: {self.two_gpu}")
+            return
+        steps = self.raw_steps
+        # The two GPUs share each step: about half a one-GPU step each, plus the second copy's load.
+        run_s = one_gpu.seconds * 0.6
+        if 2 * run_s + len(TWO_GPU_VARIANTS) * run_s > 0.5 * self.budget.left():
+            self.two_gpu = f"cut: {len(TWO_GPU_VARIANTS)} runs of ~{run_s:.0f} s do not fit"
+            self.budget.cut(f"two GPUs: {self.two_gpu}")
+            return
+        rows = [self.add(self.make_case(TWO_GPUS, v, False, steps)) for v in TWO_GPU_VARIANTS]
+        self.timings["two GPUs first run (second copy's load)"] = self.warm_up(rows[0])
+        for row in rows[1:]:
+            self.warm_up(row)
+        repeats = max(1, repeats_that_fit(0.5 * self.budget.left(), run_s, len(rows), self.scale.raw_repeats))
+        self.repeat(rows, repeats)
+        self.two_gpu = "ran on two CPU device keys (smoke)" if self.scale.cpu else f"ran on 2 of {gpus} GPUs"
+
     def run_all(self):
         """The phases in order; yields each phase's name when it is done (to write the report so far)."""
-        phases = [("eager turbo", self.eager_turbo), ("eager raw", self.eager_raw),
+        phases = [("eager turbo", self.eager_turbo), ("eager raw", self.eager_raw), ("two gpus", self.two_gpus),
                   ("compiled turbo", lambda: self.compiled(TURBO, TURBO.steps, None, self.scale.turbo_repeats, 0.5)),
                   ("compiled raw", lambda: self.compiled(RAW, self.raw_steps, TURBO.steps, self.scale.raw_repeats,
                                                          0.9))]
@@ -371,6 +422,20 @@ class Check:
                 self.errors.append(f"{name}: {type(error).__name__}: {str(error)[:3000]}")
                 print(f"ERROR in {name}: {error}", flush=True)
             yield name
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def on_two_devices(prompt: dict, scale: Scale):
+    """The model through ComfyUI's MultiGPU CFG Split (two GPUs); in the CPU smoke run through the test
+    node that makes the same split onto a second CPU device key."""
+    prompt["20"] = ({"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}} if scale.cpu else
+                    {"class_type": "MultiGPU_WorkUnits", "inputs": {"model": ["1", 0], "max_gpus": 2}})
+    prompt["5" if "5" in prompt else "6"]["inputs"]["model"] = ["20", 0]
 
 
 # --- setting up ------------------------------------------------------------------------------
@@ -501,6 +566,7 @@ def report_progress(args, report: dict, check: Check, budget: Budget, timings: d
     report["budget"] = {"seconds": budget.seconds, "cuts": budget.cuts, "raw_steps": check.raw_steps,
                         "raw_steps_planned": check.scale.raw_steps, "last_phase": phase}
     report["timings"] = timings
+    report["two_gpu"] = check.two_gpu
     report["errors"] = check.errors
     write_report(args, report)
 

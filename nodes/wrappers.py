@@ -20,11 +20,12 @@ import comfy.model_patcher
 import comfy.patcher_extension
 
 from ..adapters.cache_run import CacheRun
+from ..adapters.multi_device import DeviceRun, MultiDeviceRun
 from ..adapters.registry import resolve
 from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.stats import skipped_record
 from ..adapters.step_clock import StepClock
-from . import routes
+from . import multi_gpu, routes
 from .guidance import read_guidance
 
 KEY = "krea2_cachedit"
@@ -32,7 +33,8 @@ KEY = "krea2_cachedit"
 # put into transformer_options: under torch.compile, a graph break rebuilds that dict from its
 # sources, and ComfyUI's compile node filters out the guards that check its keys, so a later
 # compiled run without this node would fail on the missing key.
-_active_runs: dict[int, CacheRun] = {}
+# Under multi-GPU sampling, each device's copy of the model has its own entry (read from its thread).
+_active_runs: dict[int, CacheRun | DeviceRun] = {}
 WrappersMP = comfy.patcher_extension.WrappersMP
 logger = logging.getLogger(__name__)
 
@@ -80,28 +82,30 @@ def outer_sample_wrapper(executor, *args, **kwargs):
     plan = plan_run(holder.settings, clock.steps, target.num_blocks)
     plan = dataclasses.replace(plan, warnings=holder.notes + plan.warnings)
     guidance = read_guidance(guider)
-    if guider.model_patcher.get_additional_models_with_key("multigpu"):
-        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, MULTI_GPU_REFUSAL)
+    devices, refusal = multi_gpu.device_models(multi_gpu.sampling_devices(guider.model_patcher),
+                                               guidance.conds_per_step, target.num_blocks)
+    if refusal:
+        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, refusal)
     for warning in plan.warnings:
         logger.warning("Krea-2 Cache-DiT: %s", warning)
-    run = CacheRun(target, plan, clock, cfg=guidance.cfg, conds_per_step=guidance.conds_per_step,
-                   node_id=holder.node_id, prompt_id=_prompt_id(), guidance=guidance.as_dict(),
-                   host=guider.model_patcher.model.diffusion_model)
-    _report_steps_to(clock, args, kwargs)
-    _active_runs[id(run.host)] = run
+    if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
+        run = MultiDeviceRun(devices, plan, clock, cfg=guidance.cfg, node_id=holder.node_id,
+                             prompt_id=_prompt_id(), guidance=guidance.as_dict())
+    else:
+        run = CacheRun(target, plan, clock, cfg=guidance.cfg, conds_per_step=guidance.conds_per_step,
+                       node_id=holder.node_id, prompt_id=_prompt_id(), guidance=guidance.as_dict(),
+                       host=guider.model_patcher.model.diffusion_model)
+    _report_steps_to(run.clock, args, kwargs)
+    hosts = run.routes() if devices else {id(run.host): run}
+    _active_runs.update(hosts)
     try:
         with run:
             return executor(*args, **kwargs)
     finally:
-        _active_runs.pop(id(run.host), None)
+        for host in hosts:
+            _active_runs.pop(host, None)
         if run.record is not None:
             routes.publish(run.record)
-
-
-# ComfyUI's multi-GPU sampling runs model calls in parallel threads on per-device copies of the
-# model; cache-dit's per-step state is one sequence per module and cannot follow that.
-MULTI_GPU_REFUSAL = ("Multi-GPU sampling runs model calls in parallel on copies of the model, which cache-dit "
-                     "cannot follow: this run was not cached. Remove the multi-GPU node to use Cache-DiT.")
 
 
 def _run_uncached(executor, args, kwargs, holder, steps, guidance, reason):

@@ -322,3 +322,48 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
         shown = loaded["after_run"]
         assert shown["prompt_id"] == old_record["prompt_id"] and shown["fits"], shown
         assert shown["calibrator"] == f"Calibrator: taylorseer (order {order})", shown["calibrator"]
+
+
+def two_device_workflow(seed: int) -> dict:
+    """``ui_workflow`` at CFG 3.5 with ``Krea2TestMultiGPU`` (a second device key on the CPU) before the node."""
+    workflow = ui_workflow(seed=seed, cache=RUN_CACHE)
+    nodes = {node["id"]: node for node in workflow["nodes"]}
+    nodes[6]["widgets_values"][3] = 3.5
+    nodes[CACHE_NODE_ID]["inputs"][0]["link"] = 7
+    nodes[1]["outputs"][0]["links"] = [1]
+    workflow["nodes"].append({
+        "id": 8, "type": "Krea2TestMultiGPU", "pos": [200, 420], "flags": {}, "order": 8, "mode": 0,
+        "properties": {}, "inputs": [{"name": "model", "type": "MODEL", "link": 1}],
+        "outputs": [{"name": "MODEL", "type": "MODEL", "links": [7], "slot_index": 0}],
+        "widgets_values": [1, False]})
+    workflow["links"] = [[1, 1, 0, 8, 0, "MODEL"], [7, 8, 0, CACHE_NODE_ID, 0, "MODEL"]] + [
+        link for link in workflow["links"] if link[0] != 1]
+    workflow["last_node_id"], workflow["last_link_id"] = 8, 7
+    return workflow
+
+
+def test_the_node_shows_its_devices_after_a_two_device_run(browser_tools, editor_server, tmp_path):
+    node, chromium = browser_tools
+    _quiet_first_run(editor_server)
+    workflow_path = tmp_path / "two_devices.json"
+    workflow_path.write_text(json.dumps(two_device_workflow(seed=random.SystemRandom().randrange(1, 2**31))))
+    no_old_layouts = tmp_path / "none.json"
+    no_old_layouts.write_text("{}")
+    out = ARTIFACTS / "two_devices"
+    out.mkdir(parents=True, exist_ok=True)
+    driver = subprocess.run(
+        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(out),
+         str(no_old_layouts)],
+        cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium), capture_output=True, text=True, timeout=900)
+    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
+    assert driver.returncode == 0 and "error" not in result, (
+        f"{result.get('error')}\n{driver.stdout[-3000:]}\n{driver.stderr[-3000:]}\n{editor_server.log_tail()}")
+    assert not result["console_errors"], result["console_errors"]
+    [record] = editor_server.stats_for(result["queued_prompt_ids"]["A"][0], str(CACHE_NODE_ID))
+    assert record["device_count"] == 2 and [d["device"] for d in record["devices"]] == ["cpu", "cpu:1"]
+    live = result["live"]
+    assert live["visible"] and live["fits"], "the panel with its devices line is cut off"
+    assert live["cells"] == record["step_states"]
+    assert "Devices: 2 (cpu, cpu:1)" in live["text"], live["text"]
+    assert "CFG: split · separate CFG: off" in live["text"], live["text"]
+    assert result["after_reload"]["text"] == live["text"]

@@ -134,7 +134,20 @@ def test_install_refuses_a_folder_prepared_for_another_python(tmp_path):
 
 VARIANTS = ("uncached", "defaults", "steps_mask fast", "caching off")
 EXPECTED_CASES = ([f"{w} {v}" for w in ("turbo", "raw") for v in VARIANTS]
+                  + [f"raw 2 gpus {v}" for v in gpu_check.TWO_GPU_VARIANTS]
                   + [f"{w} compiled {v}" for w in ("turbo", "raw") for v in gpu_check.COMPILED_VARIANTS])
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="here the two-GPU case would run")
+def test_the_two_gpu_case_says_skipped_with_fewer_than_two_gpus(capsys):
+    import time
+
+    check = gpu_check.Check(server=None, scale=gpu_check.FULL, budget=gpu_check.Budget(time.time(), 480),
+                            model_name="unused", features=0)
+    check.two_gpus()
+    assert check.two_gpu == "skipped: one GPU"
+    assert "[two GPUs] skipped: one GPU" in capsys.readouterr().out
+    assert check.rows == {} and check.budget.cuts == []
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +185,18 @@ def test_smoke_cached_counts_and_references(smoke_report):
     assert rows["turbo steps_mask fast"]["cached_steps"] == [3, 5, 6]   # cache-dit's 8-step "fast" mask
     assert rows["turbo compiled uncached"]["deviation_reference"] == "turbo uncached"
     assert rows["turbo compiled uncached"]["graphs_compiled_in_warmup"] > 0
+
+
+def test_smoke_two_device_case_runs_the_split_with_a_cache_per_device(smoke_report):
+    report, stdout = smoke_report
+    assert report["two_gpu"] == "ran on two CPU device keys (smoke)"
+    assert "two GPUs: ran on two CPU device keys (smoke)" in stdout
+    rows = {row["case"]: row for row in report["cases"]}
+    assert rows["raw 2 gpus uncached"]["devices"] is None and rows["raw 2 gpus uncached"]["vs_one_gpu"] > 0
+    fast = rows["raw 2 gpus steps_mask fast"]
+    assert fast["devices"] == 2 and fast["cfg_mode"] == "split" and fast["ideal"] > 1.0
+    assert fast["cached_steps"] == rows["raw steps_mask fast"]["cached_steps"]
+    assert fast["deviation_reference"] == "raw 2 gpus uncached" and fast["deviation"] > 0
 
 
 def test_smoke_caching_off_is_bit_identical(smoke_report):

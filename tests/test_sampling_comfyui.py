@@ -138,18 +138,3 @@ def test_the_same_node_under_another_id_reports_under_its_own_id(comfy_server):
     renamed["6"]["inputs"]["model"] = ["15", 0]
     _, record = run_with_record(comfy_server, renamed, node_id="15")
     assert record["cached_steps"] == FAST_8_CACHED
-
-
-def test_multi_gpu_sampling_is_refused_clearly_and_runs_uncached(comfy_server):
-    """ComfyUI's multi-GPU sampling runs model calls in threads on per-device copies: not cached, said so."""
-    def prompt(cache, prefix):
-        graph = krea2_prompt(cfg=3.5, cache=cache, seed=71, prefix=prefix)
-        graph["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
-        graph["5" if cache else "6"]["inputs"]["model"] = ["20", 0]
-        return graph
-
-    without = comfy_server.saved_latent(comfy_server.run(prompt(None, "multi_gpu_plain")), "7")
-    entry, record = run_with_record(comfy_server, prompt(FAST, "multi_gpu_node"))
-    assert record["status"] == "skipped" and record["cached_steps"] == [] and record["calls"] == 0
-    assert "Multi-GPU sampling" in record["warnings"][0] and "not cached" in record["warnings"][0]
-    assert torch.equal(comfy_server.saved_latent(entry, "7"), without)

@@ -264,6 +264,15 @@ function render(panel, record) {
       (record.calibrator.forecast_steps ? "; DMD's other cached steps got its first-order Taylor fallback" : "");
     out.add(line, LINE);
   }
+  const devices = record.devices ?? [];
+  if (devices.length > 1) {
+    // Multi-GPU sampling: a cache per device, each step cached on all of them or on none.
+    const line = el("div", {}, `Devices: ${devices.length} (${devices.map((d) => d.device).join(", ")})`);
+    line.dataset.role = "devices";
+    line.title = devices.map((d) => `${d.device}: ${d.calls} calls, CFG ${d.cfg_mode}, separate CFG ` +
+      `${d.has_separate_cfg ? "on" : "off"}, cached ${d.cached_steps.length}`).join("\n");
+    out.add(line, LINE);
+  }
 
   const strip = el("div", { display: "flex", gap: "2px", margin: "4px 0 2px", height: "12px" });
   strip.dataset.role = "steps";

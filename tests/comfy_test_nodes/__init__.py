@@ -6,8 +6,8 @@
 - ``Krea2TestCompileBlocks``: torch.compile per transformer block, the way advanced compile nodes
   do it (``set_torch_compile_wrapper`` with keys ``diffusion_model.blocks.{i}``);
 - ``Krea2TestMultiGPU``: ComfyUI's multi-GPU sampling on a machine with one device: a real
-  per-device deep clone (``deepclone_multigpu``) attached as the "multigpu" model, so the sampler
-  runs model calls in its thread pool on copies of the model;
+  per-device deep clone (``deepclone_multigpu``) attached as the "multigpu" model for a second
+  device key on the CPU, so the sampler runs cond and uncond in its thread pool on two copies;
 - ``Krea2TestAttentionProbe``: real attention patches (``attn1_patch``, ``attn1_output_patch``)
   that record the block index and block count each block reports, and can scale one block's
   attention output, as patches that act on chosen blocks do.
@@ -87,20 +87,39 @@ class Krea2TestCompileBlocks:
 
 
 class Krea2TestMultiGPU:
+    """What ``MultiGPU CFG Split`` builds, for a second device that is still this machine's CPU.
+
+    ComfyUI maps each device to a model by its ``load_device`` and runs one thread per device;
+    ``torch.device("cpu", 1)`` is a device key of its own that computes on the CPU, so cond and
+    uncond really go to two model copies in two threads. ``share_model`` gives that device the
+    main model itself instead of a deep clone (a device the cache cannot join).
+    """
+
     CATEGORY = "Krea-2/testing"
     RETURN_TYPES = ("MODEL",)
     FUNCTION = "patch"
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"model": ("MODEL",)}}
+        return {"required": {"model": ("MODEL",)}, "optional": {
+            "device_index": ("INT", {"default": 1, "min": 0, "max": 64}),
+            "share_model": ("BOOLEAN", {"default": False}),
+        }}
 
-    def patch(self, model):
-        import comfy.model_management
+    def patch(self, model, device_index=1, share_model=False):
+        import comfy.multigpu
 
+        device = torch.device(model.load_device.type, device_index)
         patched = model.clone()
-        clone = model.deepclone_multigpu(new_load_device=comfy.model_management.get_torch_device())
+        if share_model:
+            clone = model.clone()
+            clone.load_device = device
+        else:
+            clone = model.deepclone_multigpu(new_load_device=device)
+        clone.is_multigpu_base_clone = True  # as create_multigpu_deepclones flags its clones
         patched.set_additional_models("multigpu", [clone])
+        patched.match_multigpu_clones()
+        comfy.multigpu.GPUOptionsGroup().register(patched)
         return (patched,)
 
 

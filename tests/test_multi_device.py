@@ -1,0 +1,89 @@
+"""One caching decision per step for all devices of a parallel run: votes from real threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from krea2_cachedit.adapters.multi_device import StepConsensus, conds_per_device
+
+
+def vote_together(consensus: StepConsensus, step: int, votes: dict[str, bool]) -> dict[str, bool]:
+    """Every device votes at once from its own thread, as ComfyUI's pool runs them; what each must do."""
+    results: dict[str, bool] = {}
+    start = threading.Barrier(len(votes))
+
+    def device(label, cache):
+        start.wait()
+        results[label] = consensus.vote(step, label, cache)
+
+    threads = [threading.Thread(target=device, args=item) for item in votes.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(results) == len(votes), "a device never got its answer"
+    return results
+
+
+def test_a_step_is_cached_on_every_device_or_on_none():
+    consensus = StepConsensus(min_wait_s=5.0)
+    assert vote_together(consensus, 0, {"cuda:0": False, "cuda:1": False}) == {"cuda:0": False, "cuda:1": False}
+    for step in range(1, 30):
+        assert vote_together(consensus, step, {"cuda:0": True, "cuda:1": True}) == {"cuda:0": True, "cuda:1": True}
+    # One device whose residual changed too much: neither serves the step from the cache.
+    assert vote_together(consensus, 30, {"cuda:0": True, "cuda:1": False}) == {"cuda:0": False, "cuda:1": False}
+    assert consensus.overridden() == {30: ["cuda:0"]}
+    assert consensus.timeouts() == {}
+
+
+def test_a_yes_waits_for_the_other_devices_vote():
+    consensus = StepConsensus(min_wait_s=5.0)
+    vote_together(consensus, 0, {"a": False, "b": False})
+    answer = {}
+    early = threading.Thread(target=lambda: answer.setdefault("a", consensus.vote(1, "a", True)))
+    early.start()
+    time.sleep(0.3)
+    assert early.is_alive(), "'a' must wait for 'b', who voted in the step before"
+    assert consensus.vote(1, "b", True) is True
+    early.join(timeout=5)
+    assert answer == {"a": True}
+
+
+def test_a_further_stream_of_a_device_follows_the_steps_decision():
+    consensus = StepConsensus(min_wait_s=5.0)
+    vote_together(consensus, 0, {"a": False, "b": False})
+    assert vote_together(consensus, 1, {"a": True, "b": False}) == {"a": False, "b": False}
+    assert consensus.vote(1, "a", True) is False          # a's second stream in step 1
+    assert vote_together(consensus, 2, {"a": True, "b": True}) == {"a": True, "b": True}
+    assert consensus.vote(2, "a", False) is False         # it may still compute on its own
+
+
+def test_a_device_that_gets_no_work_is_waited_for_once_and_the_step_computes():
+    consensus = StepConsensus(min_wait_s=0.3)
+    vote_together(consensus, 0, {"a": False, "b": False})
+    started = time.monotonic()
+    assert consensus.vote(1, "a", True) is False          # "b" got no work in step 1
+    assert 0.3 <= time.monotonic() - started < 5
+    assert consensus.timeouts() == {1: ["b"]}
+    started = time.monotonic()
+    assert consensus.vote(2, "a", True) is True           # "b" is not waited for again
+    assert time.monotonic() - started < 0.3
+
+
+def test_a_device_whose_call_failed_before_voting_is_not_waited_for():
+    consensus = StepConsensus(min_wait_s=30.0)
+    vote_together(consensus, 0, {"a": False, "b": False})
+    consensus.withdraw(1, "b")
+    started = time.monotonic()
+    assert consensus.vote(1, "a", True) is True
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("total, devices, shares", [
+    (2, 2, [1, 1]), (1, 2, [1, 0]), (3, 2, [2, 1]), (2, 3, [1, 1, 0]), (4, 3, [2, 2, 0]), (1, 1, [1]),
+])
+def test_conds_per_device_fills_devices_in_order(total, devices, shares):
+    assert conds_per_device(total, devices) == shares
