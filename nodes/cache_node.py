@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..adapters.registry import UnsupportedModelError, resolve
+from ..adapters.registry import resolve
 from ..adapters.settings import STEP_MASKS, CacheSettings, check_compute_blocks
+from .plain_errors import plain_errors
 from .wrappers import CacheDiTHolder, install
 
 DEFAULTS = CacheSettings()
@@ -70,16 +71,18 @@ class Krea2CacheDiT(io.ComfyNode):
     def execute(cls, model, steps_mask, Fn_compute_blocks, Bn_compute_blocks, residual_diff_threshold,
                 max_warmup_steps, warmup_interval, max_cached_steps, max_continuous_cached_steps,
                 enable_taylorseer, taylorseer_order) -> io.NodeOutput:
-        settings = CacheSettings(
-            Fn_compute_blocks=Fn_compute_blocks, Bn_compute_blocks=Bn_compute_blocks,
-            residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
-            warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
-            max_continuous_cached_steps=max_continuous_cached_steps, enable_taylorseer=enable_taylorseer,
-            taylorseer_order=taylorseer_order, steps_mask=steps_mask)
-        try:
-            target = resolve(model.model.diffusion_model)
-        except UnsupportedModelError as error:
-            raise ValueError(str(error)) from None
+        with plain_errors():
+            settings = CacheSettings(
+                Fn_compute_blocks=Fn_compute_blocks, Bn_compute_blocks=Bn_compute_blocks,
+                residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
+                warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
+                max_continuous_cached_steps=max_continuous_cached_steps, enable_taylorseer=enable_taylorseer,
+                taylorseer_order=taylorseer_order, steps_mask=steps_mask)
+            return cls._patched(model, settings)
+
+    @classmethod
+    def _patched(cls, model, settings: CacheSettings) -> io.NodeOutput:
+        target = resolve(model.model.diffusion_model)
         check_compute_blocks(settings, target.num_blocks)
         patched = model.clone()
         install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or "")))
