@@ -126,7 +126,7 @@ def test_two_nodes_on_one_base_model_stay_independent(comfy_server):
 def test_unsupported_model_fails_clearly_and_the_server_recovers(comfy_server):
     entry = comfy_server.run(krea2_prompt(model="tiny_wan.safetensors", cache=FAST))
     error = prompt_error(entry)
-    assert error.startswith("ValueError: ") and "got a WanModel model" in error
+    assert error.startswith("TypeError: ") and "got a WanModel model" in error
     assert "not a supported Krea-2 transformer" in error and "Load Diffusion Model" in error
     _, [stats] = comfy_server.run_with_stats(krea2_prompt(cache=FAST))
     assert stats["status"] == "ok" and stats["cached_steps"] == FAST_8_CACHED
