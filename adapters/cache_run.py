@@ -33,6 +33,7 @@ from .calibrators import calibrator_config
 from .diagnostics import DecisionRules, StreamTrace, estimate_uncached_seconds, suggest_thresholds
 from .registry import ResolvedTransformer
 from .settings import RunPlan
+from .step_cache_conflicts import ForeignServeWatch
 from .stats import CallOutcome, RunRecord, summarize_steps
 from .step_clock import StepClock, sigma_value
 
@@ -177,6 +178,7 @@ class CacheRun:
         self._tracing: tuple[StreamTrace, int] | None = None
         self._fn_input: torch.Tensor | None = None
         self._timings: list[tuple[StreamKey, bool, bool, CallTimer]] = []
+        self.foreign_serves = ForeignServeWatch()
 
     # --- lifetime -----------------------------------------------------------------
     def __enter__(self) -> "CacheRun":
@@ -224,7 +226,8 @@ class CacheRun:
         key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
         sigma = sigma_value(sigma)
         step = self.clock.step_of(sigma, key)
-        served = self._route(step, key)
+        # Once another cache answered a call, cache-dit's count of calls is off: route around it.
+        served = not self.foreign_serves.seen and self._route(step, key)
         trace = self._trace_for(key) if served else None
         self._blocks_counted = 0
         self._tracing, self._fn_input = ((trace, step) if trace else None), None
@@ -235,7 +238,10 @@ class CacheRun:
         finally:
             self._tracing, self._fn_input = None, None
         timer.stop()
-        cached = served and self._blocks_counted < self.num_blocks
+        # Cached only when cache-dit served it: it always runs the first Fn blocks itself.
+        cached = served and 0 < self._blocks_counted < self.num_blocks
+        if self.foreign_serves.observe(step, served, self._blocks_counted) and self.foreign_serves.calls == 1:
+            self._warnings.append(self.foreign_serves.warning())
         if trace is not None:
             trace.finish(step, cached)
         self._timings.append((key, served, cached, timer))
@@ -378,7 +384,7 @@ class CacheRun:
             node_id=str(self.node_id), prompt_id=str(self.prompt_id), model=self.target.family.name,
             steps_mask=self.plan.settings.steps_mask, mask=list(self.plan.mask) if self.plan.mask else None,
             steps=self.clock.steps, sigmas=[round(v, 6) for v in self.clock.sigmas],
-            cfg=self.cfg, guidance=self.guidance, cfg_mode=layout.mode if layout else ("split" if self.conds_per_step > 1 else "none"),
+            cfg=self.cfg, guidance=self.guidance, cfg_mode=layout.mode if layout else None,
             has_separate_cfg=bool(layout and layout.separate_cfg), settings=settings,
             cached_steps=cached, partial_steps=partial, step_states=states,
             calls=len(self.outcomes), extra_calls=sum(not o.served_by_cache_dit for o in self.outcomes),

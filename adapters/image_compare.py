@@ -14,6 +14,10 @@ Conventions (also in the README):
   value in the batch (one scale for every pair, so pairs can be compared with each other),
   through the "hot" colormap: black = identical, red, yellow, white = the largest difference.
   Identical batches give an all-black heatmap.
+- non-finite pixels (NaN or infinity in any channel of either image, e.g. a VAE that
+  overflowed in fp16) make a pair's MAE and PSNR undefined (NaN, ``null`` in JSON, "n/a" on
+  the node), are counted (``nonfinite_pixels``), and are drawn blue in the heatmap, outside
+  the hot colormap's range; the scale comes from the finite pixels.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import math
 import torch
 
 PSNR_CAP_DB = 100.0  # reached at an RMS difference of 1e-5 of the range: no visible difference
+NONFINITE_COLOR = (0.0, 0.0, 1.0)  # blue: never produced by the hot colormap
 
 
 class ImageShapeMismatch(ValueError):
@@ -32,8 +37,9 @@ class ImageShapeMismatch(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PairMetrics:
-    mae_255: float
-    psnr_db: float
+    mae_255: float              # NaN when the pair has non-finite pixels
+    psnr_db: float              # NaN when the pair has non-finite pixels
+    nonfinite_pixels: int = 0   # pixels with NaN or infinity in any channel of either image
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,20 +56,34 @@ class Comparison:
     def psnr_db(self) -> float:
         return sum(p.psnr_db for p in self.pairs) / len(self.pairs)
 
+    @property
+    def nonfinite_pixels(self) -> int:
+        return sum(p.nonfinite_pixels for p in self.pairs)
+
     def summary(self) -> str:
         """Plain text for the node (the editor shows it as is): the means, each pair, the heatmap scale."""
-        means = f"MAE {self.mae_255:.3f} / 255 · PSNR {format_psnr(self.psnr_db)}"
+        means = f"MAE {format_mae(self.mae_255)} / 255 · PSNR {format_psnr(self.psnr_db)}"
         lines = [means]
         if len(self.pairs) > 1:
             lines = [f"Mean of {len(self.pairs)} pairs: {means}"]
-            lines += [f"pair {i}: MAE {pair.mae_255:.3f} · PSNR {format_psnr(pair.psnr_db)}"
+            lines += [f"pair {i}: MAE {format_mae(pair.mae_255)} · PSNR {format_psnr(pair.psnr_db)}"
+                      + (f" · {pair.nonfinite_pixels} non-finite pixels" if pair.nonfinite_pixels else "")
                       for i, pair in enumerate(self.pairs)]
+        if self.nonfinite_pixels:
+            lines.append(f"{self.nonfinite_pixels} non-finite pixels (NaN or infinity): the images are broken "
+                         "there, so MAE and PSNR are undefined (blue in the heatmap)")
         lines.append(f"Heatmap: black = identical, white = {self.heatmap_scale_255:.2f} / 255 "
-                     "(the largest per-pixel difference)")
+                     "(the largest per-pixel difference)" + (", blue = non-finite" if self.nonfinite_pixels else ""))
         return "\n".join(lines)
 
 
+def format_mae(mae_255: float) -> str:
+    return f"{mae_255:.3f}" if math.isfinite(mae_255) else "n/a"
+
+
 def format_psnr(psnr_db: float) -> str:
+    if not math.isfinite(psnr_db):
+        return "n/a"
     return f"{psnr_db:.2f} dB" + (" (identical)" if psnr_db >= PSNR_CAP_DB else "")
 
 
@@ -89,13 +109,24 @@ def check_comparable(reference: torch.Tensor, candidate: torch.Tensor):
     raise ImageShapeMismatch(f"{shapes}: {fix}")
 
 
+def nonfinite_mask(reference: torch.Tensor, candidate: torch.Tensor) -> torch.Tensor:
+    """[..., H, W] True where any channel of either image is NaN or infinite."""
+    candidate = candidate.to(reference.device)
+    return ~(torch.isfinite(reference) & torch.isfinite(candidate)).all(dim=-1)
+
+
 def pair_metrics(reference: torch.Tensor, candidate: torch.Tensor) -> PairMetrics:
     """MAE (0-255 units) and PSNR (peak 1.0, capped) of one pair of [H, W, C] images."""
+    nonfinite = int(nonfinite_mask(reference, candidate).sum().item())
+    if nonfinite:
+        return PairMetrics(mae_255=math.nan, psnr_db=math.nan, nonfinite_pixels=nonfinite)
     diff = reference.double() - candidate.to(reference.device).double()
     return PairMetrics(mae_255=diff.abs().mean().item() * 255.0, psnr_db=psnr_from_mse(diff.square().mean().item()))
 
 
 def psnr_from_mse(mse: float) -> float:
+    if not math.isfinite(mse):
+        return math.nan  # min(cap, nan) would be the cap: a broken image would read as identical
     if mse <= 0.0:
         return PSNR_CAP_DB
     return min(PSNR_CAP_DB, 10.0 * math.log10(1.0 / mse))
@@ -108,11 +139,18 @@ def hot_colormap(values: torch.Tensor) -> torch.Tensor:
 
 
 def difference_heatmap(reference: torch.Tensor, candidate: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """The hot-colormap heatmap of per-pixel mean |a - b| and the value (0-255 units) drawn as white."""
+    """The hot-colormap heatmap of per-pixel mean |a - b| and the value (0-255 units) drawn as white.
+
+    Non-finite pixels are drawn in ``NONFINITE_COLOR`` and left out of the scale.
+    """
+    nonfinite = nonfinite_mask(reference, candidate)
     per_pixel = (reference.float() - candidate.to(reference.device).float()).abs().mean(dim=-1)
+    per_pixel = per_pixel.masked_fill(nonfinite, 0.0)
     largest = per_pixel.max().item() if per_pixel.numel() else 0.0
     scaled = per_pixel / largest if largest > 0.0 else torch.zeros_like(per_pixel)
-    return hot_colormap(scaled), largest * 255.0
+    heatmap = hot_colormap(scaled)
+    heatmap[nonfinite] = torch.tensor(NONFINITE_COLOR, dtype=heatmap.dtype, device=heatmap.device)
+    return heatmap, largest * 255.0
 
 
 def compare_images(reference: torch.Tensor, candidate: torch.Tensor) -> Comparison:

@@ -17,6 +17,7 @@ settings; masks and calibrators are one click away.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from .calibrators import check_calibrator
 
@@ -40,6 +41,10 @@ class CacheSettings:
     steps_mask: str = "none"
 
     def __post_init__(self):
+        if not math.isfinite(self.residual_diff_threshold):
+            # ComfyUI's min/max check lets NaN through (every comparison with it is false).
+            raise ValueError(f"residual_diff_threshold must be a finite number, got {self.residual_diff_threshold}; "
+                             "set a number from 0 (threshold caching off) to 2 on the Krea-2 Cache-DiT node.")
         if self.steps_mask not in STEP_MASKS:
             raise ValueError(f"steps_mask must be one of {STEP_MASKS}, got {self.steps_mask!r}")
         if self.Fn_compute_blocks < 1 or self.Bn_compute_blocks < 0:
@@ -111,12 +116,17 @@ def build_step_mask(policy: str, steps: int) -> list[int]:
 
 
 def check_compute_blocks(settings: CacheSettings, num_blocks: int) -> None:
-    """cache-dit needs Fn + Bn to fit in the model; say so here rather than in its assertion."""
-    if settings.Fn_compute_blocks + settings.Bn_compute_blocks > num_blocks:
+    """Fn + Bn must leave blocks to cache; say so here rather than in cache-dit's assertion.
+
+    With ``Fn + Bn == num_blocks`` no block is left between them: a step cache-dit counts
+    as cached would still run every block, so nothing could be saved.
+    """
+    if settings.Fn_compute_blocks + settings.Bn_compute_blocks >= num_blocks:
         raise ValueError(
             f"Fn_compute_blocks ({settings.Fn_compute_blocks}) + Bn_compute_blocks "
-            f"({settings.Bn_compute_blocks}) must not exceed the model's {num_blocks} transformer blocks; "
-            f"lower them on the Krea-2 Cache-DiT node.")
+            f"({settings.Bn_compute_blocks}) must be less than the model's {num_blocks} transformer blocks, "
+            f"so that blocks are left to cache; lower them on the Krea-2 Cache-DiT node "
+            f"(at most {num_blocks - 1} together).")
 
 
 def plan_run(settings: CacheSettings, steps: int, num_blocks: int) -> RunPlan:

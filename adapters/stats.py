@@ -7,6 +7,7 @@ import dataclasses
 import threading
 
 from .calibrators import calibrator_summary
+from .strict_json import finite_or_null, replaced_warning
 
 
 @dataclasses.dataclass
@@ -20,7 +21,8 @@ class CallOutcome:
 
     @property
     def cached(self) -> bool:
-        return self.served_by_cache_dit and self.blocks_run < self.blocks_total
+        # cache-dit always runs the first Fn blocks: a served call that ran none was answered elsewhere.
+        return self.served_by_cache_dit and 0 < self.blocks_run < self.blocks_total
 
 
 @dataclasses.dataclass
@@ -34,7 +36,7 @@ class RunRecord:
     sigmas: list                  # the run's sigma schedule (steps + 1 values)
     cfg: float
     guidance: dict                # the guider and the scales it really uses (e.g. cfg1/cfg2 of dual CFG)
-    cfg_mode: str
+    cfg_mode: str | None          # "none", "batched" or "split"; None when no model call was made
     has_separate_cfg: bool
     settings: dict
     cached_steps: list[int]
@@ -94,6 +96,7 @@ class RunRecord:
         return calibrator_summary(self.settings, self.streams)
 
     def as_dict(self) -> dict:
+        """The record as strict JSON data: a non-finite number becomes None, with a warning saying where."""
         data = dataclasses.asdict(self)
         data["blocks_saved"] = round(self.blocks_saved, 4)
         data["ideal_speedup"] = round(self.ideal_speedup, 4)
@@ -101,13 +104,16 @@ class RunRecord:
         data["estimated_saved_s"] = round(self.estimated_saved_s, 4)
         data["calibrator"] = self.calibrator
         data["device_count"] = self.device_count
+        data, replaced = finite_or_null(data)
+        if replaced:
+            data["warnings"].append(replaced_warning(replaced))
         return data
 
     def log_line(self) -> str:
         return (f"Krea-2 Cache-DiT [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
-                f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode}, "
+                f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
                 f"has_separate_cfg={self.has_separate_cfg}, calibrator {_calibrator_text(self.calibrator)}, "
                 f"{f'{self.device_count} devices, ' if self.device_count > 1 else ''}"
                 f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
@@ -126,8 +132,8 @@ def skipped_record(node_id: str, prompt_id: str, steps: int, cfg: float, guidanc
     return RunRecord(
         node_id=str(node_id), prompt_id=str(prompt_id), model="", steps_mask="none", mask=None, steps=steps,
         sigmas=[],
-        cfg=cfg, guidance=guidance, cfg_mode="none", has_separate_cfg=False, settings={}, cached_steps=[],
-        partial_steps=[], step_states=["computed"] * steps, calls=0, extra_calls=0, cache_contexts=0,
+        cfg=cfg, guidance=guidance, cfg_mode=None, has_separate_cfg=False, settings={}, cached_steps=[],
+        partial_steps=[], step_states=["uncached"] * steps, calls=0, extra_calls=0, cache_contexts=0,
         block_evals=0, block_evals_uncached=0, call_log=[], status="skipped", warnings=[reason],
         duration_s=0.0, estimated_uncached_s=0.0, residual_diffs=[None] * steps, step_reasons=["skipped"] * steps,
         streams=[], threshold_suggestions=[])

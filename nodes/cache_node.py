@@ -5,8 +5,9 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..adapters.calibrators import CALIBRATORS, DMD_HISTORY, LEGACY_SWITCH, TAYLORSEER_ORDERS, from_legacy_switch
-from ..adapters.registry import UnsupportedModelError, resolve
+from ..adapters.registry import resolve
 from ..adapters.settings import STEP_MASKS, CacheSettings, check_compute_blocks
+from .plain_errors import plain_errors
 from .wrappers import CacheDiTHolder, install
 
 DEFAULTS = CacheSettings()
@@ -88,17 +89,19 @@ class Krea2CacheDiT(io.ComfyNode):
                 max_warmup_steps, warmup_interval, max_cached_steps, max_continuous_cached_steps,
                 calibrator=None, taylorseer_order=DEFAULTS.taylorseer_order,
                 dmd_history=DEFAULTS.dmd_history) -> io.NodeOutput:
-        calibrator, notes = cls._calibrator_asked_for(calibrator)
-        settings = CacheSettings(
-            Fn_compute_blocks=Fn_compute_blocks, Bn_compute_blocks=Bn_compute_blocks,
-            residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
-            warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
-            max_continuous_cached_steps=max_continuous_cached_steps, calibrator=calibrator,
-            taylorseer_order=taylorseer_order, dmd_history=dmd_history, steps_mask=steps_mask)
-        try:
-            target = resolve(model.model.diffusion_model)
-        except UnsupportedModelError as error:
-            raise ValueError(str(error)) from None
+        with plain_errors():
+            calibrator, notes = cls._calibrator_asked_for(calibrator)
+            settings = CacheSettings(
+                Fn_compute_blocks=Fn_compute_blocks, Bn_compute_blocks=Bn_compute_blocks,
+                residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
+                warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
+                max_continuous_cached_steps=max_continuous_cached_steps, calibrator=calibrator,
+                taylorseer_order=taylorseer_order, dmd_history=dmd_history, steps_mask=steps_mask)
+            return cls._patched(model, settings, notes)
+
+    @classmethod
+    def _patched(cls, model, settings: CacheSettings, notes: tuple[str, ...]) -> io.NodeOutput:
+        target = resolve(model.model.diffusion_model)
         check_compute_blocks(settings, target.num_blocks)
         patched = model.clone()
         install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""), notes=notes))

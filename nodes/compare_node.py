@@ -8,6 +8,8 @@ import logging
 from comfy_api.latest import io, ui
 
 from ..adapters.image_compare import PSNR_CAP_DB, Comparison, compare_images
+from ..adapters.strict_json import finite_or_null
+from .plain_errors import plain_errors
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +36,8 @@ class Krea2CompareImages(io.ComfyNode):
                 io.Float.Output("mae_255", tooltip=(
                     "Mean absolute error in 0-255 units over all pixels and channels (mean over pairs).")),
                 io.Float.Output("psnr_db", tooltip=(
-                    f"PSNR in dB, peak 1.0 (mean over pairs); identical images give {PSNR_CAP_DB:g} dB, the cap.")),
+                    f"PSNR in dB, peak 1.0 (mean over pairs); identical images give {PSNR_CAP_DB:g} dB, the cap. "
+                    "NaN (like mae_255) when an image has non-finite pixels.")),
             ],
             hidden=[io.Hidden.unique_id],
             # An output node runs with nothing connected to its outputs: wire two images, read the node.
@@ -43,7 +46,8 @@ class Krea2CompareImages(io.ComfyNode):
 
     @classmethod
     def execute(cls, reference, candidate) -> io.NodeOutput:
-        comparison = compare_images(reference, candidate)  # a shape mismatch raises with both shapes
+        with plain_errors():
+            comparison = compare_images(reference, candidate)  # a shape mismatch raises with both shapes
         summary = comparison.summary()
         cls._show_on_node(summary)
         heatmap = comparison.heatmap.cpu()
@@ -63,7 +67,9 @@ class Krea2CompareImages(io.ComfyNode):
 
 
 def metrics_record(comparison: Comparison) -> dict:
-    """The numbers behind the node's text, for API clients (history outputs)."""
-    return {"mae_255": comparison.mae_255, "psnr_db": comparison.psnr_db,
-            "heatmap_scale_255": comparison.heatmap_scale_255,
-            "pairs": [dataclasses.asdict(pair) for pair in comparison.pairs]}
+    """The numbers behind the node's text, for API clients (history outputs): strict JSON, NaN as null."""
+    record, _ = finite_or_null({
+        "mae_255": comparison.mae_255, "psnr_db": comparison.psnr_db,
+        "heatmap_scale_255": comparison.heatmap_scale_255, "nonfinite_pixels": comparison.nonfinite_pixels,
+        "pairs": [dataclasses.asdict(pair) for pair in comparison.pairs]})
+    return record

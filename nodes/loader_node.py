@@ -8,6 +8,7 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..adapters import krea2_diffusers
+from .plain_errors import plain_errors
 
 FILE_FOLDER = "diffusion_models"
 DIFFUSERS_FOLDER = "diffusers"
@@ -86,4 +87,5 @@ class Krea2DiffusersLoader(io.ComfyNode):
     def execute(cls, model_name: str, weight_dtype: str) -> io.NodeOutput:
         from .diffusers_model import load_krea2_diffusers
 
-        return io.NodeOutput(load_krea2_diffusers(resolve_model_path(model_name), weight_dtype))
+        with plain_errors():
+            return io.NodeOutput(load_krea2_diffusers(resolve_model_path(model_name), weight_dtype))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from ..adapters import strict_json
 from ..adapters.stats import RECENT_RUNS, RunRecord
 
 STATS_ROUTE = "/krea2_cachedit/stats"
@@ -23,7 +24,8 @@ def register():
 
     @PromptServer.instance.routes.get(STATS_ROUTE)
     async def krea2_cachedit_stats(request):
-        return web.json_response({"runs": RECENT_RUNS.all()})
+        # Records are strict JSON data already (RunRecord.as_dict); strict dumps keeps it so.
+        return web.json_response({"runs": RECENT_RUNS.all()}, dumps=strict_json.dumps)
 
     _registered = True
 

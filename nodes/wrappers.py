@@ -24,9 +24,11 @@ from ..adapters.multi_device import DeviceRun, MultiDeviceRun
 from ..adapters.registry import resolve
 from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.stats import skipped_record
-from ..adapters.step_clock import StepClock
+from ..adapters.step_cache_conflicts import other_step_cache, refusal
+from ..adapters.step_clock import StepClock, churned_start_sigmas
 from . import multi_gpu, routes
 from .guidance import read_guidance
+from .plain_errors import plain_errors
 
 KEY = "krea2_cachedit"
 # The run now sampling each transformer, by the id of the module the sampler calls. Runs are not
@@ -46,10 +48,15 @@ class CacheDiTHolder:
     settings: CacheSettings
     node_id: str
     notes: tuple[str, ...] = ()  # what the node read differently from its inputs, for every run's stats
+    # Upstream Krea2CacheDiT nodes on the same model whose settings this one replaces.
+    superseded: tuple[str, ...] = ()
 
 
 def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
     """Attach the holder and wrappers to a MODEL clone (replacing an upstream Cache-DiT node's)."""
+    upstream = model.model_options.get(KEY)
+    if isinstance(upstream, CacheDiTHolder) and upstream.node_id != holder.node_id:
+        holder = dataclasses.replace(holder, superseded=(*upstream.superseded, upstream.node_id))
     for wrapper_type in (WrappersMP.OUTER_SAMPLE, WrappersMP.DIFFUSION_MODEL):
         model.remove_wrappers_with_key(wrapper_type, KEY)
     model.model_options[KEY] = holder  # beside transformer_options, not in it: see _active_runs
@@ -72,20 +79,31 @@ def outer_sample_wrapper(executor, *args, **kwargs):
     holder = guider.model_options.get(KEY)
     if not isinstance(holder, CacheDiTHolder):
         return executor(*args, **kwargs)
-    args = list(args)  # outer_sample(noise, latent, sampler, sigmas, denoise_mask, callback, ...)
+    with plain_errors():
+        return _sample_with_cache(executor, guider, holder, list(args), kwargs)
+
+
+def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwargs: dict):
+    # outer_sample(noise, latent, sampler, sigmas, denoise_mask, callback, ...)
     sigmas = args[3] if len(args) > 3 else kwargs["sigmas"]
     if torch.as_tensor(sigmas).numel() < 2:
         # One sigma (e.g. SplitSigmas at the last step): the sampler samples nothing; neither do we.
         return executor(*args, **kwargs)
     target = resolve(guider.model_patcher.model.diffusion_model)
-    clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(args[2] if len(args) > 2 else None))
+    sampler = args[2] if len(args) > 2 else kwargs.get("sampler")
+    clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(sampler),
+                      start_sigmas=_start_sigmas(sampler, sigmas))
     plan = plan_run(holder.settings, clock.steps, target.num_blocks)
     plan = dataclasses.replace(plan, warnings=holder.notes + plan.warnings)
     guidance = read_guidance(guider)
-    devices, refusal = multi_gpu.device_models(multi_gpu.sampling_devices(guider.model_patcher),
-                                               guidance.conds_per_step, target.num_blocks)
-    if refusal:
-        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, refusal)
+    _publish_superseded(holder, clock.steps, guidance)
+    devices, device_refusal = multi_gpu.device_models(multi_gpu.sampling_devices(guider.model_patcher),
+                                                      guidance.conds_per_step, target.num_blocks)
+    if device_refusal:
+        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, device_refusal)
+    other = other_step_cache(guider.model_options.get("transformer_options"), _wrapper_keys(guider.model_patcher))
+    if other is not None:
+        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, refusal(other))
     for warning in plan.warnings:
         logger.warning("Krea-2 Cache-DiT: %s", warning)
     if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
@@ -105,7 +123,36 @@ def outer_sample_wrapper(executor, *args, **kwargs):
         for host in hosts:
             _active_runs.pop(host, None)
         if run.record is not None:
-            routes.publish(run.record)
+            routes.publish(_with_warnings(run.record, [*_superseding_warnings(holder), *clock.warnings()]))
+
+
+def _with_warnings(record, warnings: list[str]):
+    for warning in warnings:
+        logger.warning("Krea-2 Cache-DiT [node %s]: %s", record.node_id, warning)
+    return dataclasses.replace(record, warnings=[*record.warnings, *warnings]) if warnings else record
+
+
+def _wrapper_keys(model_patcher) -> list[str]:
+    """Every key a wrapper is registered under on this model (any wrapper type)."""
+    wrappers = getattr(model_patcher, "wrappers", None) or {}
+    return [key for by_key in wrappers.values() if isinstance(by_key, dict) for key in by_key]
+
+
+def _superseding_warnings(holder: CacheDiTHolder) -> list[str]:
+    if not holder.superseded:
+        return []
+    nodes = ", ".join(holder.superseded)
+    return [f"This node replaces the settings of the Krea-2 Cache-DiT node(s) {nodes} before it on the same model "
+            f"(only the last one applies); remove the one you do not want."]
+
+
+def _publish_superseded(holder: CacheDiTHolder, steps: int, guidance):
+    """A record for each upstream Krea2CacheDiT node this one replaces, so that node says why it did nothing."""
+    for node_id in holder.superseded:
+        reason = (f"Krea-2 Cache-DiT node {holder.node_id} after this one on the same model replaces this node's "
+                  f"settings: this node did nothing in this run. Remove one of the two nodes.")
+        logger.warning("Krea-2 Cache-DiT [node %s]: %s", node_id, reason)
+        routes.publish(skipped_record(node_id, _prompt_id(), steps, guidance.cfg, guidance.as_dict(), reason))
 
 
 def _run_uncached(executor, args, kwargs, holder, steps, guidance, reason):
@@ -124,6 +171,15 @@ CORRECTOR_SAMPLERS = {"sample_heun", "sample_heunpp2", "sample_exp_heun_2_x0", "
 def _is_corrector(sampler) -> bool:
     function = getattr(sampler, "sampler_function", None)
     return getattr(function, "__name__", "") in CORRECTOR_SAMPLERS
+
+
+def _start_sigmas(sampler, sigmas) -> list[float] | None:
+    """Each step's first-evaluation sigma when the sampler churns (``s_churn > 0``), else None."""
+    options = getattr(sampler, "extra_options", None)
+    if not isinstance(options, dict) or not float(options.get("s_churn", 0.0) or 0.0) > 0.0:
+        return None
+    return churned_start_sigmas(sigmas, float(options["s_churn"]), float(options.get("s_tmin", 0.0)),
+                                float(options.get("s_tmax", float("inf"))))
 
 
 def _report_steps_to(clock: StepClock, args: list, kwargs: dict):

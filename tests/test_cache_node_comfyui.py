@@ -126,7 +126,7 @@ def test_two_nodes_on_one_base_model_stay_independent(comfy_server):
 def test_unsupported_model_fails_clearly_and_the_server_recovers(comfy_server):
     entry = comfy_server.run(krea2_prompt(model="tiny_wan.safetensors", cache=FAST))
     error = prompt_error(entry)
-    assert "got a WanModel model" in error
+    assert error.startswith("TypeError: ") and "got a WanModel model" in error
     assert "not a supported Krea-2 transformer" in error and "Load Diffusion Model" in error
     _, [stats] = comfy_server.run_with_stats(krea2_prompt(cache=FAST))
     assert stats["status"] == "ok" and stats["cached_steps"] == FAST_8_CACHED
@@ -134,7 +134,11 @@ def test_unsupported_model_fails_clearly_and_the_server_recovers(comfy_server):
 
 def test_too_many_compute_blocks_fails_clearly(comfy_server):
     entry = comfy_server.run(krea2_prompt(cache={"Fn_compute_blocks": 4, "Bn_compute_blocks": 1}))
-    assert "must not exceed the model's 4 transformer blocks" in prompt_error(entry)
+    assert "must be less than the model's 4 transformer blocks" in prompt_error(entry)
+    # Fn + Bn == blocks leaves nothing to cache: a "cached" step would run every block.
+    entry = comfy_server.run(krea2_prompt(cache={"Fn_compute_blocks": 3, "Bn_compute_blocks": 1}))
+    assert prompt_error(entry).startswith("ValueError: Fn_compute_blocks (3) + Bn_compute_blocks (1) must be less "
+                                          "than the model's 4 transformer blocks"), prompt_error(entry)
     _, [stats] = comfy_server.run_with_stats(krea2_prompt(cache=FAST))
     assert stats["status"] == "ok" and stats["cached_steps"] == FAST_8_CACHED
 

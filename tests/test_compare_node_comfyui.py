@@ -106,6 +106,7 @@ def test_size_mismatch_fails_clearly_and_the_server_recovers(comfy_server):
     entry = comfy_server.run(compare_prompt((10, 512, 512, 1), (10, 256, 256, 1), "mismatch"), timeout=120)
     error = prompt_error(entry)
     assert error is not None, "a size mismatch must fail"
+    assert error.startswith("ValueError: "), "the editor shows a plain type name, not the pack's folder path"
     assert ("reference is 1x512x512x3, candidate is 1x256x256x3: compare images of the same size and batch; "
             "upscale or crop one first") in error, error
     # The next prompt runs (with new colours, so nothing is served from ComfyUI's cache).

@@ -110,3 +110,24 @@ def test_mismatched_images_name_both_shapes_and_the_fix(reference, candidate, ex
     with pytest.raises(ImageShapeMismatch) as error:
         compare_images(torch.zeros(reference), torch.zeros(candidate))
     assert str(error.value).startswith(expected), str(error.value)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf], ids=["nan", "inf"])
+def test_non_finite_pixels_are_counted_never_perfect_and_marked_blue(bad):
+    reference, candidate = uniform(20, batch=2), uniform(30, batch=2)
+    candidate[1, 2, 5, 0] = bad
+    result = compare_images(reference, candidate)
+    broken = result.pairs[1]
+    assert broken.nonfinite_pixels == 1 and math.isnan(broken.mae_255) and math.isnan(broken.psnr_db)
+    assert result.pairs[0].nonfinite_pixels == 0 and result.pairs[0].mae_255 == pytest.approx(10.0)
+    assert result.nonfinite_pixels == 1 and math.isnan(result.psnr_db)
+    text = result.summary()
+    assert "PSNR n/a" in text and "(identical)" not in text and "1 non-finite pixels" in text
+    assert "pair 1: MAE n/a · PSNR n/a · 1 non-finite pixels" in text, text
+    assert "white = 10.00 / 255 (the largest per-pixel difference), blue = non-finite" in text, text
+    assert torch.equal(result.heatmap[1, 2, 5], torch.tensor([0.0, 0.0, 1.0]))
+    assert torch.allclose(result.heatmap[0], torch.ones(8, 8, 3)), "the scale comes from the finite pixels"
+
+
+def test_a_non_finite_mse_is_not_the_cap():
+    assert math.isnan(psnr_from_mse(math.nan)) and math.isnan(psnr_from_mse(math.inf))

@@ -1,5 +1,7 @@
 """Settings, step masks and the sigma -> step mapping, resolved per run."""
 
+import math
+
 import pytest
 import torch
 
@@ -51,7 +53,7 @@ def test_a_fresh_context_mid_run_gets_the_rest_of_the_mask_and_computes_first():
 
 
 def test_too_many_compute_blocks_is_a_clear_error():
-    with pytest.raises(ValueError, match="must not exceed the model's 4 transformer blocks"):
+    with pytest.raises(ValueError, match="must be less than the model's 4 transformer blocks"):
         plan_run(CacheSettings(Fn_compute_blocks=3, Bn_compute_blocks=2), steps=8, num_blocks=4)
 
 
@@ -67,3 +69,16 @@ def test_step_clock_maps_sigmas_to_steps():
     assert clock.steps == 4
     assert [clock.step_of(s) for s in (1.0, 0.9, 0.75, 0.6, 0.5, 0.25, 0.1)] == [0, 0, 1, 1, 2, 3, 3]
     assert clock.step_of(torch.tensor([0.75, 0.75]).half().float()) == 1
+
+
+@pytest.mark.parametrize("threshold", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_threshold_is_refused_naming_the_input(threshold):
+    with pytest.raises(ValueError, match="residual_diff_threshold must be a finite number"):
+        CacheSettings(residual_diff_threshold=threshold)
+
+
+def test_fn_plus_bn_must_leave_blocks_to_cache():
+    with pytest.raises(ValueError, match=r"\(3\) \+ Bn_compute_blocks \(1\) must be less than the model's 4 "
+                                         r"transformer blocks.*at most 3 together"):
+        plan_run(CacheSettings(Fn_compute_blocks=3, Bn_compute_blocks=1), steps=8, num_blocks=4)
+    assert plan_run(CacheSettings(Fn_compute_blocks=2, Bn_compute_blocks=1), steps=8, num_blocks=4).steps == 8

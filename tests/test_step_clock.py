@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.step_clock import StepClock, churned_start_sigmas
 
 COND, UNCOND = "cond", "uncond"
 
@@ -108,3 +108,50 @@ def test_a_sampler_that_never_reports_is_clocked_by_sigma():
 def test_one_sigma_is_not_a_schedule():
     with pytest.raises(ValueError, match="at least two values"):
         StepClock(torch.tensor([0.5]))
+
+
+def churned_pattern(starts, sigmas, corrector=False):
+    """Step i evaluates first at its churned start, then (heun) its corrector at sigma[i+1]."""
+    s = [float(v) for v in sigmas]
+    return [[starts[i]] + ([s[i + 1]] if corrector and s[i + 1] > 0 else []) for i in range(len(s) - 1)]
+
+
+@pytest.mark.parametrize("corrector", [False, True], ids=["euler", "heun"])
+def test_churn_moves_each_first_evaluation_and_stays_in_its_step(corrector):
+    # s_churn 4 over 8 steps: gamma = 0.5 -> min(0.5, sqrt(2) - 1): every start is 41% above sigma[i].
+    starts = churned_start_sigmas(SIGMAS, s_churn=4.0)
+    assert starts[3] == pytest.approx(float(SIGMAS[3]) * 2 ** 0.5)
+    pattern = churned_pattern(starts, SIGMAS, corrector)
+    clock = StepClock(SIGMAS, sampler_reports=True, corrector=corrector, start_sigmas=starts)
+    assert run_sampler(clock, pattern, (COND, UNCOND)) == expected(pattern, 2)
+    assert clock.warnings() == []
+
+
+def test_churn_only_within_s_tmin_s_tmax():
+    starts = churned_start_sigmas(SIGMAS, s_churn=1.0, s_tmin=0.2, s_tmax=0.8)
+    for start, sigma in zip(starts, SIGMAS[:-1].tolist()):
+        assert start == (pytest.approx(sigma * 1.125) if 0.2 <= sigma <= 0.8 else sigma)
+    clock = StepClock(SIGMAS, sampler_reports=True, start_sigmas=starts)
+    pattern = churned_pattern(starts, SIGMAS)
+    assert run_sampler(clock, pattern) == expected(pattern)
+
+
+def test_guesses_are_warned_about():
+    silent = StepClock(SIGMAS, sampler_reports=True)
+    for sigma in SIGMAS[:-1]:
+        silent.step_of(float(sigma), COND)
+    [warning] = silent.warnings()
+    assert warning.startswith("The sampler never reported its steps: from step 2 on, steps were matched by the sigma")
+
+    learnt = StepClock(SIGMAS, sampler_reports=True)
+    run_sampler(learnt, heun_pattern(SIGMAS))
+    [warning] = learnt.warnings()
+    assert "is not a known corrector sampler: learnt at step 0, whose corrector call was counted to step 1" in warning
+
+    # Neither a known corrector nor a caller without a sampler is a guess.
+    known = StepClock(SIGMAS, sampler_reports=True, corrector=True)
+    run_sampler(known, heun_pattern(SIGMAS))
+    no_sampler = StepClock(SIGMAS)
+    for sigma in SIGMAS[:-1]:
+        no_sampler.step_of(float(sigma), COND)
+    assert known.warnings() == [] and no_sampler.warnings() == []

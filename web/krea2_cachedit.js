@@ -14,7 +14,8 @@ import { api } from "../../scripts/api.js";
 const NODE_CLASS = "Krea2CacheDiT";
 const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
-const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280" };
+// "uncached": a run left to the model on purpose (skipped), where Cache-DiT does not know what ran.
+const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280", uncached: "#2f333a" };
 // The node's widget layouts before the current one, as saved in widgets_values (by position).
 // Until the calibrator choice, a TaylorSeer on/off switch (then its order) ended the list...
 const SWITCH_LAYOUT = ["steps_mask", "Fn_compute_blocks", "Bn_compute_blocks", "residual_diff_threshold",
@@ -256,7 +257,7 @@ function render(panel, record) {
     line.title = "this run's wall-clock against an estimate of the same run uncached";
     out.add(line, LINE);
   }
-  out.add(el("div", {}, `CFG: ${record.cfg_mode} · separate CFG: ${record.has_separate_cfg ? "on" : "off"}`), LINE);
+  out.add(el("div", {}, `CFG: ${record.cfg_mode ?? "n/a (no model call)"} · separate CFG: ${record.has_separate_cfg ? "on" : "off"}`), LINE);
   if (record.calibrator) {
     const line = el("div", {}, `Calibrator: ${calibratorText(record)}`);
     line.dataset.role = "calibrator";

@@ -11,6 +11,10 @@
 - ``Krea2TestAttentionProbe``: real attention patches (``attn1_patch``, ``attn1_output_patch``)
   that record the block index and block count each block reports, and can scale one block's
   attention output, as patches that act on chosen blocks do.
+- ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
+  them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
+  Cache-DiT node does not know;
+- ``Krea2TestNonFinitePixels``: an IMAGE with some pixels set to NaN (a broken decode).
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -162,9 +166,51 @@ class Krea2TestAttentionProbe:
         return (patched,)
 
 
+class Krea2TestSampler:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("SAMPLER",)
+    FUNCTION = "make"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"kind": (["euler_churn", "euler_silent", "heun_renamed"],),
+                             "s_churn": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 100.0})}}
+
+    def make(self, kind, s_churn):
+        import comfy.samplers
+        from comfy.k_diffusion import sampling
+
+        if kind == "euler_churn":
+            return (comfy.samplers.KSAMPLER(sampling.sample_euler, extra_options={"s_churn": s_churn}),)
+        if kind == "euler_silent":
+            def euler_without_callback(model, x, sigmas, extra_args=None, callback=None, disable=None):
+                return sampling.sample_euler(model, x, sigmas, extra_args=extra_args, callback=None, disable=disable)
+            return (comfy.samplers.KSAMPLER(euler_without_callback),)
+
+        def second_order_sampler(model, x, sigmas, extra_args=None, callback=None, disable=None):
+            return sampling.sample_heun(model, x, sigmas, extra_args=extra_args, callback=callback, disable=disable)
+        return (comfy.samplers.KSAMPLER(second_order_sampler),)
+
+
+class Krea2TestNonFinitePixels:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "spoil"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"image": ("IMAGE",), "pixels": ("INT", {"default": 1, "min": 0, "max": 1 << 20})}}
+
+    def spoil(self, image, pixels):
+        spoilt = image.clone()
+        spoilt[0].view(-1, spoilt.shape[-1])[:pixels, 0] = float("nan")
+        return (spoilt,)
+
+
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
                        "Krea2TestMultiGPU": Krea2TestMultiGPU,
-                       "Krea2TestAttentionProbe": Krea2TestAttentionProbe}
+                       "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
+                       "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels}
 
 register_measurement_routes(PromptServer.instance.routes)
