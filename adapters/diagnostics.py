@@ -16,9 +16,9 @@ thresholds would have cached what (``suggest_thresholds``).
 
 The advisor needs the change between other pairs of steps too, since a different
 threshold computes different steps: each step's residual is kept as a fixed
-subsample of at most ``SAMPLE_SIZE`` values (256 KiB per step and stream), which
-estimates the mean absolute values of a full-size residual to well under 1%;
-the pairs cache-dit compared keep their exact value.
+subsample of at most ``SAMPLE_SIZE`` values (64 KiB per step and stream), which
+estimates the mean absolute values of a full-size residual to about half a
+percent; the pairs cache-dit compared keep their exact value.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Callable
 import numpy
 import torch
 
-SAMPLE_SIZE = 1 << 16
+SAMPLE_SIZE = 1 << 14
 
 # Reasons, as reported per step.
 WARMUP, FRESH_CONTEXT, MASK, MAX_CACHED, MAX_CONTINUOUS = "warmup", "fresh_context", "mask", "max_cached", "max_continuous"
@@ -150,23 +150,31 @@ class PairChanges:
         self._values: dict[tuple[int, int], float | None] = dict(exact)
         self._scales: dict[int, float] = {}
 
+    ROW_CHUNK = 8   # pairs estimated at once: (k, t) and the next steps after t, in one array operation
+
     def __call__(self, k: int, t: int) -> float | None:
         key = (k, t)
         if key not in self._values:
-            self._values[key] = self._estimate(k, t)
-        return self._values[key]
+            self._estimate_from(k, t)
+        return self._values.get(key)
 
-    def _estimate(self, k: int, t: int) -> float | None:
+    def _estimate_from(self, k: int, t: int) -> None:
+        self._values[(k, t)] = None
         if k not in self._samples or t not in self._samples:
-            return None
-        reference, current = self._samples[k], self._samples[t]
-        if reference.shape != current.shape:
-            return None
+            return
+        later = self.steps.index(t)
+        targets = [s for s in self.steps[later:later + self.ROW_CHUNK] if (k, s) not in self._values or s == t]
+        reference = self._samples[k]
+        targets = [s for s in targets if self._samples[s].shape == reference.shape]
+        if not targets:
+            return
         if k not in self._scales:
             self._scales[k] = float(numpy.abs(reference).mean())
+        block = numpy.stack([self._samples[s] for s in targets])
         with numpy.errstate(divide="ignore", invalid="ignore"):
-            value = float(numpy.abs(reference - current).mean() / self._scales[k])
-        return value if math.isfinite(value) else None
+            values = numpy.abs(block - reference).mean(axis=1) / self._scales[k]
+        for s, value in zip(targets, values.tolist()):
+            self._values[(k, s)] = value if math.isfinite(value) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,15 +241,20 @@ class DecisionRules:
         decisions = self._walk(steps, as_it_happened, follow=cached)
         return {step: reason for step, (_, reason) in decisions.items()}
 
-    def _walk(self, steps: list[int], by_threshold, follow: dict[int, bool] | None = None):
+    def _walk(self, steps: list[int], by_threshold, follow: dict[int, bool] | None = None,
+              start: int = 0, state: tuple = (None, 0, 0, False), states: list | None = None):
         """cache-dit's per-step state (reference step, cached count, streak) through ``steps``.
 
         The rules force what they can; ``by_threshold(step, reference)`` decides the rest.
         ``follow`` gives the outcomes to carry the state with instead (what really happened).
+        A walk can resume at ``steps[start]`` from the ``state`` it had there; ``states`` gets
+        the state before each step walked (what a resume needs).
         """
         decisions: dict[int, tuple[bool, str]] = {}
-        reference, cached_count, continuous, previous_cached = None, 0, 0, False
-        for step in steps:
+        reference, cached_count, continuous, previous_cached = state
+        for step in steps[start:]:
+            if states is not None:
+                states.append((reference, cached_count, continuous, previous_cached))
             if not previous_cached:
                 continuous = 0
             decision = self.gate(step, cached_count, continuous) or by_threshold(step, reference)
@@ -291,30 +304,44 @@ def threshold_intervals(rules: DecisionRules, change: PairChanges) -> list[tuple
     """The thresholds as intervals ``(low, high]`` that each make the same decisions, with the steps cached.
 
     A replay just above ``low`` compares some changes; the smallest of them above ``low`` is
-    where the next decision flips, so one replay per interval (not one per pair of steps).
+    where the next decision flips, so one replay per interval (not one per pair of steps), and
+    each replay resumes at the first step that flips: the steps before it decide as before.
     """
+    steps = change.steps
+    position = {step: i for i, step in enumerate(steps)}
+    # Any threshold above 0 lets the rules reach the threshold; ``by_threshold`` says how it decides.
+    gated = rules if rules.threshold > 0 else dataclasses.replace(rules, threshold=1.0)
     intervals: list[tuple[float, float, frozenset[int]]] = []
-    low = 0.0
+    decisions: dict[int, tuple[bool, str]] = {}
+    compared: dict[int, float] = {}          # position -> the change compared there
+    states: list = []
+    low, start = 0.0, 0
+
+    def by_threshold(step: int, reference: int | None) -> tuple[bool, str]:
+        value = None if reference is None else change(reference, step)
+        if value is None:
+            return False, NO_REFERENCE
+        compared[position[step]] = value
+        # Just above ``low``; cache-dit caches without comparing from a threshold of 1 on.
+        return low >= 1.0 or value <= low, THRESHOLD
+
     while True:
-        compared: list[float] = []
-
-        def passes(value: float, low=low) -> bool:
-            compared.append(value)
-            return value <= low   # a threshold just above ``low``
-
-        if low >= 1.0:
-            passes = _always  # cache-dit caches without comparing from a threshold of 1 on
-        # Any threshold above 0 lets the rules reach the threshold; ``passes`` says how it decides.
-        gated = rules if rules.threshold > 0 else dataclasses.replace(rules, threshold=1.0)
-        decisions = gated.replay_by(change.steps, change, passes)
+        resume_state = states[start] if start < len(states) else (None, 0, 0, False)
+        del states[start:]
+        for later in [p for p in compared if p >= start]:
+            del compared[later]
+        decisions.update(gated._walk(steps, by_threshold, start=start, state=resume_state, states=states))
         cached = frozenset(step for step, (was_cached, _) in decisions.items() if was_cached)
-        above = [value for value in compared if value > low]
+        above = [value for value in compared.values() if value > low] if low < 1.0 else []
         high = min(above) if above else math.inf
         if high >= 1.0 and above:
             high = 1.0      # from 1 on every compared step caches
         intervals.append((low, high, cached))
         if high == math.inf:
             return intervals
+        # The first step that decides otherwise above the new low: its change is that low (or, at
+        # 1, the first one compared at 1 or more).
+        start = min(p for p, value in compared.items() if value >= high)
         low = high
 
 
