@@ -6,18 +6,20 @@ index arithmetic breaks) and the size every per-call piece of the pack works at 
 A width-6144 block costs some tens of seconds per call on a 2-core CPU, so the tier keeps to three
 two-step prompts (about 11 block evaluations): the graph without the node, the node with caching
 off (bit-identical to it), and a run whose threshold lies just above the measured change, so that
-cache-dit caches step 1 by comparing the real-size residuals. ``REALSHAPE_*`` below is what the
+cache-dit caches step 1 by comparing the real-size residuals; and one one-step prompt through the
+GPU check's own prompt and report code, so that its first run on a GPU cannot fail on shapes. ``REALSHAPE_*`` below is what the
 memory benchmark (``benchmarks/realshape_memory.py``) runs too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 import torch
 
-from comfy_harness import ComfyServer
+from comfy_harness import REPO_ROOT, ComfyServer
 from krea2_prompts import krea2_prompt
 from krea2_synthetic import FULL_SIZE, write_native_checkpoint
 
@@ -89,3 +91,20 @@ def test_a_threshold_just_above_the_change_caches_step_1_at_real_size(realshape_
     assert record["residual_diffs"][1] == change
     assert record["cached_steps"] == [1] and record["step_reasons"] == ["warmup", "threshold"]
     assert (record["block_evals"], record["block_evals_uncached"]) == (3, 4)
+
+
+def test_the_gpu_checks_prompt_and_report_run_at_real_size(realshape_server):
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import gpu_check
+    from speedup import Case, case_prompt, run_prompt
+
+    case = Case("turbo defaults", 1, 1.0, gpu_check.VARIANTS["defaults"])
+    prompt = case_prompt(case, REALSHAPE_MODEL, REALSHAPE.context_features, seed=0, size=REALSHAPE_SIZE,
+                         tokens=REALSHAPE_TOKENS)
+    result = run_prompt(realshape_server, prompt, timeout=1800)
+    assert tuple(result.latent.shape[-2:]) == (REALSHAPE_SIZE // 8, REALSHAPE_SIZE // 8)
+    row = gpu_check.Measured(case, "turbo", "defaults", False, case.cache, times=[result.seconds],
+                             stats=result.stats, records=[result.stats])
+    [summary] = gpu_check.summarize({("turbo", False, "defaults"): row})
+    assert summary["cached"] == "0/1" and summary["effective_settings"]["residual_diff_threshold"] == 0.24
+    assert result.stats["status"] == "ok" and result.stats["duration_s"] > 0
