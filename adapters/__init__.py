@@ -3,7 +3,9 @@
 - ``registry``: which transformer classes are supported and where their blocks are;
 - ``settings``: node settings and step masks, resolved per run;
 - ``step_clock``: which sampling step a model call belongs to;
-- ``cache_run``: cache-dit enabled for exactly one sampling run;
+- ``cache_run``: cache-dit enabled for exactly one sampling run, and each call routed;
+- ``diagnostics``: residual changes as cache-dit compares them, per-step reasons, the threshold advisor;
+- ``run_record``: a finished run's record (call timing, diagnostics, estimate);
 - ``stats``: what a run cached, as served to the log, the HTTP route and the UI;
 - ``image_compare``: MAE, PSNR and a difference heatmap of two images (the compare node).
 

@@ -23,19 +23,18 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import time
 import types
-import unittest.mock
 
 import torch
 
 from .calibrators import calibrator_config
-from .diagnostics import DecisionRules, StreamTrace, estimate_uncached_seconds, suggest_thresholds
+from .diagnostics import DecisionRules, StreamTrace
 from .registry import ResolvedTransformer
+from .run_record import CallTimer, TimedCall, build_record
 from .settings import RunPlan
 from .step_cache_conflicts import ForeignServeWatch
-from .stats import CallOutcome, RunRecord, summarize_steps
-from .step_clock import StepClock, sigma_value
+from .stats import CallOutcome, RunRecord
+from .step_clock import StepClock
 
 logger = logging.getLogger(__name__)
 
@@ -117,30 +116,6 @@ def _cfg_mode(branches: tuple[int, ...], conds_per_step: int) -> str:
     return "batched" if len(set(branches)) > 1 else "none"
 
 
-class CallTimer:
-    """Wall time of one model call: CUDA events on a GPU (no sync per call), else the CPU clock."""
-
-    def __init__(self, device):
-        self._cuda = device is not None and torch.device(device).type == "cuda"
-        if self._cuda:
-            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self._start.record()
-        else:
-            self._begun, self._seconds = time.perf_counter(), 0.0
-
-    def stop(self):
-        if self._cuda:
-            self._end.record()
-        else:
-            self._seconds = time.perf_counter() - self._begun
-
-    def seconds(self) -> float:
-        if self._cuda:
-            self._end.synchronize()
-            return self._start.elapsed_time(self._end) / 1000.0
-        return self._seconds
-
-
 class CacheRun:
     """cache-dit enabled on ``target`` for one sampling run; use as a context manager."""
 
@@ -170,21 +145,22 @@ class CacheRun:
         self.num_blocks = len(self._original_blocks)
         self._blocks_counted = 0
         self._hooks: list = []
-        self._started = 0.0
-        self._warnings = list(plan.warnings)
+        self.warnings = list(plan.warnings)
+        # The first block only a computed call runs (a cached one skips to the Bn blocks), if any.
+        middle = plan.settings.Fn_compute_blocks
+        self._first_middle_block = middle if middle < self.num_blocks - plan.settings.Bn_compute_blocks else None
         # Diagnostics: one trace per (context, stream), fed by the block hooks while a call runs.
         self._traces: dict[tuple[int, StreamKey], StreamTrace] = {}
         self._context_starts: list[int] = []
         self._tracing: tuple[StreamTrace, int] | None = None
         self._fn_input: torch.Tensor | None = None
-        self._timings: list[tuple[StreamKey, bool, bool, CallTimer]] = []
+        self.timed_calls: list[TimedCall] = []
         self.foreign_serves = ForeignServeWatch()
 
     # --- lifetime -----------------------------------------------------------------
     def __enter__(self) -> "CacheRun":
         import cache_dit
 
-        self._started = time.perf_counter()
         with quiet_cache_dit():
             adapter = cache_dit.BlockAdapter(
                 transformer=self.target.module,
@@ -207,24 +183,40 @@ class CacheRun:
     def __exit__(self, exc_type, exc, tb):
         import cache_dit
 
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
-        with quiet_cache_dit():
-            cache_dit.disable_cache(self.target.module)
-        status = "ok" if exc_type is None else ("interrupted" if "Interrupt" in exc_type.__name__ else "error")
-        duration = time.perf_counter() - self._started
-        self.record = self._make_record(status, duration)
-        for trace in self._traces.values():
-            trace.release()
+        try:
+            for hook in self._hooks:
+                hook.remove()
+            self._hooks = []
+            with quiet_cache_dit():
+                cache_dit.disable_cache(self.target.module)
+            status = "ok" if exc_type is None else ("interrupted" if "Interrupt" in exc_type.__name__ else "error")
+            self.record = self._record_or_none(status, failing=exc_type is not None)
+        finally:
+            for trace in self._traces.values():
+                trace.release()
         return False
+
+    def _record_or_none(self, status: str, failing: bool) -> RunRecord | None:
+        """The run's record; when the run itself failed, a failure here must not hide its error."""
+        try:
+            return build_record(self, status)
+        except Exception:
+            if not failing:
+                raise
+            logger.exception("Krea-2 Cache-DiT: no stats for this failed run (the run's own error follows)")
+            return None
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
     def model_call(self, sigma, branches, shapes, device=None):
-        """Wrap one transformer call: route it through cache-dit or around it, and count its blocks."""
+        """Wrap one transformer call: route it through cache-dit or around it, and count its blocks.
+
+        ``sigma`` may stay on the device: it is read only when the clock needs it, and for the
+        record at the end of the run.
+        """
         key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
-        sigma = sigma_value(sigma)
+        if torch.is_tensor(sigma):
+            sigma = sigma.detach()
         step = self.clock.step_of(sigma, key)
         # Once another cache answered a call, cache-dit's count of calls is off: route around it.
         served = not self.foreign_serves.seen and self._route(step, key)
@@ -244,18 +236,30 @@ class CacheRun:
             self._warnings.append(self.foreign_serves.warning())
         if trace is not None:
             trace.finish(step, cached)
-        self._timings.append((key, served, cached, timer))
+        self.timed_calls.append(TimedCall(key, served, cached, timer))
         self.outcomes.append(CallOutcome(step, key.branches, served, self._blocks_counted, self.num_blocks,
-                                         sigma=round(sigma, 6)))
+                                         sigma=sigma))
 
     @contextlib.contextmanager
     def uncached(self):
-        """Run a call with the original blocks and forward, outside cache-dit's state."""
-        module = self.target.module
-        plain_forward = types.MethodType(type(module).forward, module)
-        with unittest.mock.patch.object(module, self.target.family.blocks_attr, self._original_blocks), \
-                unittest.mock.patch.object(module, "forward", plain_forward):
+        """Run a call with the original blocks and forward, outside cache-dit's state.
+
+        cache-dit replaced the module's block list with its wrapper and patched ``forward`` on
+        the instance: both are swapped back for the call and restored after it.
+        """
+        module, blocks_attr = self.target.module, self.target.family.blocks_attr
+        cached_blocks = getattr(module, blocks_attr)
+        patched_forward = module.__dict__.get("forward")
+        setattr(module, blocks_attr, self._original_blocks)
+        module.forward = types.MethodType(type(module).forward, module)
+        try:
             yield
+        finally:
+            setattr(module, blocks_attr, cached_blocks)
+            if patched_forward is None:
+                del module.forward
+            else:
+                module.forward = patched_forward
 
     def _route(self, step: int, key: StreamKey) -> bool:
         if self.layout is not None:
@@ -325,8 +329,12 @@ class CacheRun:
         if isinstance(options, dict):
             options["block_index"] = index
             options["total_blocks"] = self.num_blocks
-        if index == 0 and self._tracing is not None:
-            self._fn_input = args[0] if args else kwargs.get("hidden_states")
+        if self._tracing is not None:
+            if index == 0:
+                self._fn_input = args[0] if args else kwargs.get("hidden_states")
+            elif index == self._first_middle_block:
+                trace, step = self._tracing
+                trace.computing(step)  # known to compute: drop the old reference before the middle blocks
         return None
 
     @torch.compiler.disable
@@ -348,57 +356,3 @@ class CacheRun:
     def _context_rules(self) -> list[DecisionRules]:
         return [DecisionRules.for_context(self.plan.settings, self.plan.mask_from(start), start)
                 for start in self._context_starts]
-
-    def _diagnostics(self, states: list[str]) -> dict:
-        steps = self.clock.steps
-        diffs: list[float | None] = [None] * steps
-        reasons: list[str | None] = [None] * steps
-        streams, advisor_input = [], self.stream_traces()
-        for trace, rules in advisor_input:
-            measured = trace.measured_diffs()
-            order = sorted(trace.cached)
-            why = rules.explain(order, trace.cached)
-            for step in order:
-                value = measured.get(step)
-                if value is not None and (diffs[step] is None or value > diffs[step]):
-                    diffs[step] = value
-                # A step's reason is that of a stream whose outcome is the step's outcome.
-                if reasons[step] is None or (states[step] != "cached" and not trace.cached[step]):
-                    reasons[step] = why[step]
-            streams.append({"branches": list(trace.branches), "context": trace.context,
-                            "start_step": trace.start_step,
-                            "residual_diffs": [_round(measured.get(s)) for s in order], "steps": order,
-                            "cached_steps": [s for s in order if trace.cached[s]],
-                            "step_reasons": [why[s] for s in order]})
-        return {"residual_diffs": [_round(d) for d in diffs], "step_reasons": reasons,
-                "streams": streams, "threshold_suggestions": suggest_thresholds(advisor_input)}
-
-    def _make_record(self, status: str, duration: float) -> RunRecord:
-        states, cached, partial = summarize_steps(self.outcomes, self.clock.steps)
-        layout = self.first_layout
-        settings = dataclasses.asdict(self.plan.settings)
-        diagnostics = self._diagnostics(states)
-        calls = [(key, served, was_cached, timer.seconds()) for key, served, was_cached, timer in self._timings]
-        estimate = estimate_uncached_seconds(duration, calls)
-        return RunRecord(
-            node_id=str(self.node_id), prompt_id=str(self.prompt_id), model=self.target.family.name,
-            steps_mask=self.plan.settings.steps_mask, mask=list(self.plan.mask) if self.plan.mask else None,
-            steps=self.clock.steps, sigmas=[round(v, 6) for v in self.clock.sigmas],
-            cfg=self.cfg, guidance=self.guidance, cfg_mode=layout.mode if layout else None,
-            has_separate_cfg=bool(layout and layout.separate_cfg), settings=settings,
-            cached_steps=cached, partial_steps=partial, step_states=states,
-            calls=len(self.outcomes), extra_calls=sum(not o.served_by_cache_dit for o in self.outcomes),
-            cache_contexts=self.contexts,
-            call_log=[[o.step, list(o.branches), o.served_by_cache_dit, o.blocks_run, o.sigma] for o in self.outcomes],
-            block_evals=sum(o.blocks_run for o in self.outcomes),
-            block_evals_uncached=len(self.outcomes) * self.num_blocks,
-            status=status, warnings=list(self._warnings),
-            duration_s=round(duration, 4),
-            estimated_uncached_s=round(estimate, 4),
-            residual_diffs=diagnostics["residual_diffs"], step_reasons=diagnostics["step_reasons"],
-            streams=diagnostics["streams"], threshold_suggestions=diagnostics["threshold_suggestions"],
-        )
-
-
-def _round(value: float | None, digits: int = 6) -> float | None:
-    return None if value is None else round(value, digits)

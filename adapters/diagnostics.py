@@ -8,26 +8,30 @@ the step is cached when the relative change of the Fn blocks' residual,
 step of that stream (cache-dit keeps no residual of a cached step).
 
 cache-dit measures that change only when the threshold can decide, and keeps
-it to itself. The pack measures it for every step, the same way, from the Fn
-residual its block hooks see (``StreamTrace``), and replays cache-dit's rules
-(``DecisionRules``) to say why each step went the way it did and which
+it to itself. The pack measures it for every step, the same way (the same
+formula in the residual's own dtype, so the very value cache-dit compares), from
+the Fn residual its block hooks see (``StreamTrace``), and replays cache-dit's
+rules (``DecisionRules``) to say why each step went the way it did and which
 thresholds would have cached what (``suggest_thresholds``).
 
-The advisor needs the change between *any* two steps, since a different
+The advisor needs the change between other pairs of steps too, since a different
 threshold computes different steps: each step's residual is kept as a fixed
-subsample of at most ``SAMPLE_SIZE`` values (a few hundred KiB per step), which
-estimates the mean absolute values of a full-size residual to well under 1%.
+subsample of at most ``SAMPLE_SIZE`` values (64 KiB per step and stream), which
+estimates the mean absolute values of a full-size residual to about half a
+percent; the pairs cache-dit compared keep their exact value.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from typing import Callable
 
+import numpy
 import torch
 
-SAMPLE_SIZE = 1 << 16
+SAMPLE_SIZE = 1 << 14
 
 # Reasons, as reported per step.
 WARMUP, FRESH_CONTEXT, MASK, MAX_CACHED, MAX_CONTINUOUS = "warmup", "fresh_context", "mask", "max_cached", "max_continuous"
@@ -35,28 +39,43 @@ THRESHOLD, THRESHOLD_OFF, NO_REFERENCE = "threshold", "threshold_off", "no_refer
 
 
 def relative_change(reference: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
-    """cache-dit's residual change ``mean|ref - cur| / mean|ref|`` as a 0-d float32 tensor (no sync)."""
-    reference, current = reference.float(), current.float()
+    """cache-dit's residual change, as a 0-d tensor (no sync): the very value it compares.
+
+    cache-dit (``CachedContextManager.similarity``) computes ``mean|ref - cur| / mean|ref|`` in
+    the residual's own dtype (bf16 on a bf16 model): so does this, with the same operations in
+    the same order, so that a value shown below the threshold is one cache-dit cached.
+    """
     return (reference - current).abs().mean() / reference.abs().mean()
 
 
-def _sample_index(numel: int, device) -> torch.Tensor | None:
+def sample_index(numel: int, device=None) -> torch.Tensor | None:
+    """``SAMPLE_SIZE`` evenly spread positions in ``range(numel)`` (None: take every element).
+
+    Integer arithmetic: a float32 ``linspace`` rounds above 2**24 elements (one 1024x1024 Krea-2
+    image's Fn residual is 26M) and its last index would be ``numel``, out of bounds.
+    """
     if numel <= SAMPLE_SIZE:
         return None
-    return torch.linspace(0, numel - 1, SAMPLE_SIZE, device=device).round().long()
+    return torch.arange(SAMPLE_SIZE, dtype=torch.int64, device=device) * (numel - 1) // (SAMPLE_SIZE - 1)
 
 
 class StreamTrace:
-    """One stream cache-dit keeps a residual for (cond, uncond, or one call per step) in one context."""
+    """One stream cache-dit keeps a residual for (cond, uncond, or one call per step) in one context.
+
+    It holds one full-size Fn residual, the last computed step's (cache-dit's reference): the
+    current call's residual replaces it as soon as the call is known to compute (``computing``),
+    before the middle blocks allocate their activations.
+    """
 
     def __init__(self, branches: tuple[int, ...], context: int, start_step: int):
         self.branches = branches
         self.context = context
         self.start_step = start_step
-        self.diffs: dict[int, torch.Tensor | None] = {}
+        # step -> (reference step, change as a 0-d tensor), None where there was no reference.
+        self.diffs: dict[int, tuple[int, torch.Tensor] | None] = {}
         self.samples: dict[int, torch.Tensor] = {}
         self.cached: dict[int, bool] = {}
-        self._reference: torch.Tensor | None = None   # Fn residual of the last computed step
+        self._reference: tuple[int, torch.Tensor] | None = None   # (step, Fn residual) of the last computed step
         self._pending: tuple[int, torch.Tensor] | None = None
         self._index: torch.Tensor | None = None
 
@@ -64,39 +83,98 @@ class StreamTrace:
     def observe(self, step: int, residual: torch.Tensor) -> None:
         """The Fn residual of this stream's call at ``step`` (before cache-dit decides)."""
         residual = residual.detach()
-        comparable = self._reference is not None and self._reference.shape == residual.shape
-        self.diffs[step] = relative_change(self._reference, residual) if comparable else None
+        reference = self._reference
+        comparable = reference is not None and reference[1].shape == residual.shape
+        self.diffs[step] = (reference[0], relative_change(reference[1], residual)) if comparable else None
         flat = residual.reshape(-1)
         if self._index is None or self._index.device != flat.device:
-            self._index = _sample_index(flat.numel(), flat.device)
-        self.samples[step] = (flat if self._index is None else flat[self._index]).float().clone()
+            self._index = sample_index(flat.numel(), flat.device)
+        self.samples[step] = (flat if self._index is None else flat[self._index]).float()
         self._pending = (step, residual)
+
+    def computing(self, step: int) -> None:
+        """The call at ``step`` computes in full: its residual becomes the reference now."""
+        if self._pending is not None and self._pending[0] == step:
+            self._reference, self._pending = self._pending, None
 
     def finish(self, step: int, cached: bool) -> None:
         """What the call at ``step`` turned out to be; a computed step becomes the next reference."""
         self.cached[step] = cached
-        if self._pending is not None and self._pending[0] == step and not cached:
-            self._reference = self._pending[1]
+        if not cached:
+            self.computing(step)
         self._pending = None
 
     def release(self) -> None:
         self._reference, self._pending = None, None
 
-    def measured_diffs(self) -> dict[int, float | None]:
-        return {step: (None if d is None else float(d)) for step, d in self.diffs.items()}
+    def held_residuals(self) -> int:
+        """Full-size Fn residuals held now: between calls and through the middle blocks, one."""
+        return sum(held is not None for held in (self._reference, self._pending))
 
-    def pair_changes(self) -> tuple[list[int], torch.Tensor]:
-        """Steps seen and the matrix C[i, j] = relative change from step i's residual to step j's."""
-        steps = sorted(self.samples)
-        if not steps:
-            return steps, torch.zeros(0, 0)
-        lengths = {self.samples[s].numel() for s in steps}
-        if len(lengths) > 1:
-            return steps, torch.full((len(steps), len(steps)), math.inf)
-        stacked = torch.stack([self.samples[s] for s in steps])           # [n, k]
-        scale = stacked.abs().mean(dim=1, keepdim=True)                     # mean|r_i|
-        changes = torch.cdist(stacked, stacked, p=1) / stacked.shape[1] / scale
-        return steps, changes.cpu()
+    def measured_diffs(self) -> dict[int, float | None]:
+        """Each step's change against its reference, as cache-dit computed it (one device read for all)."""
+        steps = [s for s, d in self.diffs.items() if d is not None]
+        values = torch.stack([self.diffs[s][1].float() for s in steps]).tolist() if steps else []
+        measured = dict(zip(steps, values))
+        return {step: measured.get(step) for step in self.diffs}
+
+    def pair_changes(self) -> "PairChanges":
+        """The change between any two of this stream's steps (what the advisor replays)."""
+        measured = self.measured_diffs()
+        exact = {(self.diffs[t][0], t): value for t, value in measured.items() if value is not None}
+        return PairChanges(_host_arrays(self.samples), exact)
+
+
+def _host_arrays(samples: dict[int, torch.Tensor]) -> dict[int, "numpy.ndarray"]:
+    """The samples as numpy arrays: the advisor reduces many small vectors one at a time, where
+    torch's thread pool costs more than the arithmetic. From a GPU in one transfer."""
+    steps = sorted(samples)
+    if steps and samples[steps[0]].device.type != "cpu":
+        stacked = torch.stack([samples[s] for s in steps]).cpu().numpy()
+        return {s: stacked[i] for i, s in enumerate(steps)}
+    return {s: samples[s].numpy() for s in steps}
+
+
+class PairChanges:
+    """The relative change from step k's residual to step t's, for any pair, computed when asked.
+
+    A pair cache-dit compared (``exact``: t's reference was k) has the value cache-dit decided
+    on; any other pair is estimated from the two steps' samples. Only the pairs a replay asks
+    for are computed: with cache-dit's limits a step's reference is a few steps back, so a
+    long run needs a few per step, not all n**2.
+    """
+
+    def __init__(self, samples: dict[int, "numpy.ndarray"], exact: dict[tuple[int, int], float]):
+        self.steps = sorted(samples)
+        self._samples = samples
+        self._values: dict[tuple[int, int], float | None] = dict(exact)
+        self._scales: dict[int, float] = {}
+
+    ROW_CHUNK = 8   # pairs estimated at once: (k, t) and the next steps after t, in one array operation
+
+    def __call__(self, k: int, t: int) -> float | None:
+        key = (k, t)
+        if key not in self._values:
+            self._estimate_from(k, t)
+        return self._values.get(key)
+
+    def _estimate_from(self, k: int, t: int) -> None:
+        self._values[(k, t)] = None
+        if k not in self._samples or t not in self._samples:
+            return
+        later = self.steps.index(t)
+        targets = [s for s in self.steps[later:later + self.ROW_CHUNK] if (k, s) not in self._values or s == t]
+        reference = self._samples[k]
+        targets = [s for s in targets if self._samples[s].shape == reference.shape]
+        if not targets:
+            return
+        if k not in self._scales:
+            self._scales[k] = float(numpy.abs(reference).mean())
+        block = numpy.stack([self._samples[s] for s in targets])
+        with numpy.errstate(divide="ignore", invalid="ignore"):
+            values = numpy.abs(block - reference).mean(axis=1) / self._scales[k]
+        for s, value in zip(targets, values.tolist()):
+            self._values[(k, s)] = value if math.isfinite(value) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,15 +219,19 @@ class DecisionRules:
         """What cache-dit decides at each of ``steps`` when the change from step k to t is ``change(k, t)``."""
         threshold = self.threshold if threshold is None else threshold
         rules = self if threshold == self.threshold else dataclasses.replace(self, threshold=threshold)
+        # cache-dit: change < threshold, and a threshold of 1 or more caches without comparing.
+        return rules.replay_by(steps, change, lambda value: threshold >= 1.0 or value < threshold)
 
+    def replay_by(self, steps: list[int], change: Callable[[int, int], float | None],
+                  passes: Callable[[float], bool]) -> dict[int, tuple[bool, str]]:
+        """The same walk, with ``passes(change)`` deciding where the threshold decides."""
         def by_threshold(step: int, reference: int | None) -> tuple[bool, str]:
             value = None if reference is None else change(reference, step)
             if value is None:
                 return False, NO_REFERENCE
-            # cache-dit: change < threshold, and a threshold of 1 or more caches without comparing.
-            return threshold >= 1.0 or value < threshold, THRESHOLD
+            return passes(value), THRESHOLD
 
-        return rules._walk(steps, by_threshold)
+        return self._walk(steps, by_threshold)
 
     def explain(self, steps: list[int], cached: dict[int, bool]) -> dict[int, str]:
         """The reason for each step's actual outcome (the same rules, following what really happened)."""
@@ -159,15 +241,20 @@ class DecisionRules:
         decisions = self._walk(steps, as_it_happened, follow=cached)
         return {step: reason for step, (_, reason) in decisions.items()}
 
-    def _walk(self, steps: list[int], by_threshold, follow: dict[int, bool] | None = None):
+    def _walk(self, steps: list[int], by_threshold, follow: dict[int, bool] | None = None,
+              start: int = 0, state: tuple = (None, 0, 0, False), states: list | None = None):
         """cache-dit's per-step state (reference step, cached count, streak) through ``steps``.
 
         The rules force what they can; ``by_threshold(step, reference)`` decides the rest.
         ``follow`` gives the outcomes to carry the state with instead (what really happened).
+        A walk can resume at ``steps[start]`` from the ``state`` it had there; ``states`` gets
+        the state before each step walked (what a resume needs).
         """
         decisions: dict[int, tuple[bool, str]] = {}
-        reference, cached_count, continuous, previous_cached = None, 0, 0, False
-        for step in steps:
+        reference, cached_count, continuous, previous_cached = state
+        for step in steps[start:]:
+            if states is not None:
+                states.append((reference, cached_count, continuous, previous_cached))
             if not previous_cached:
                 continuous = 0
             decision = self.gate(step, cached_count, continuous) or by_threshold(step, reference)
@@ -186,44 +273,25 @@ class DecisionRules:
 def suggest_thresholds(streams: list[tuple[StreamTrace, DecisionRules]], limit: int = 8) -> list[dict]:
     """For each reachable count k >= 1 of cached steps, a threshold that caches k steps, and which.
 
-    Every threshold between two neighbouring measured changes makes the same
-    decisions, so each such interval is replayed once. A step counts as cached
-    when every stream cached it (as in ``cached_steps``). For each k the widest
-    interval (in log scale) wins and its geometric middle is suggested: the
-    trajectory moves once other steps are cached, and the middle of a wide
-    interval keeps the most room for that before a decision flips.
+    Each stream's decisions change only where the threshold crosses a change the replay
+    compared, so the thresholds fall into intervals that decide alike (``threshold_intervals``),
+    found by one replay each; the streams' intervals are merged. A step counts as cached when
+    every stream of its context cached it (as in ``cached_steps``). For each k the widest
+    interval (in log scale) wins and its geometric middle is suggested: the trajectory moves
+    once other steps are cached, and the middle of a wide interval keeps the most room for that
+    before a decision flips.
     """
-    prepared = []
-    candidates: set[float] = set()
-    for trace, rules in streams:
-        order, matrix = trace.pair_changes()
-        # Plain floats: the replays below read the matrix thousands of times for a long run.
-        rows = matrix.tolist()
-        position = {s: i for i, s in enumerate(order)}
-
-        def change(k, t, rows=rows, position=position):
-            if k not in position or t not in position:
-                return None
-            value = rows[position[k]][position[t]]
-            return value if math.isfinite(value) else None
-
-        prepared.append((trace.context, order, rules, change))
-        for i, row in enumerate(rows):
-            candidates.update(value for value in row[i + 1:] if math.isfinite(value) and value > 0)
-    if not candidates:
-        return []
-    if max(candidates) >= 1.0:
-        candidates.add(1.0)  # cache-dit caches without comparing from a threshold of 1 on
-    points = sorted(candidates)
-    # Every threshold inside an interval between neighbouring changes decides alike; above them
-    # all, one nominal interval stands for "everything the limits allow".
-    bounds = list(zip(points, points[1:] + [points[-1] * 2.25]))
+    partitions = [(trace.context, threshold_intervals(rules, trace.pair_changes())) for trace, rules in streams]
+    bounds = sorted({low for _, intervals in partitions for low, _, _ in intervals if low > 0})
+    if not bounds:
+        return []  # nothing was compared: the threshold decides nothing in these runs
     best: dict[int, tuple[float, float, float, list[int]]] = {}
-    for low, high in bounds:
-        cached = _cached_steps_at(prepared, math.sqrt(low * high))
+    # Above the last bound one nominal interval stands for "everything the limits allow".
+    for low, high in zip(bounds, bounds[1:] + [bounds[-1] * 2.25]):
+        cached = _cached_steps_in(partitions, low)
         if not cached:
             continue
-        width = math.log(high / low) if high > low else 0.0
+        width = math.log(high / low)
         if len(cached) not in best or width > best[len(cached)][0]:
             best[len(cached)] = (width, low, high, cached)
     suggestions = [{"threshold": _round_inside(low, high), "range": [round(low, 6), round(high, 6)],
@@ -232,15 +300,64 @@ def suggest_thresholds(streams: list[tuple[StreamTrace, DecisionRules]], limit: 
     return suggestions[:limit] if len(suggestions) <= limit else _spread(suggestions, limit)
 
 
-def _cached_steps_at(prepared, threshold: float) -> list[int]:
-    """Steps every stream of their context caches at ``threshold``, over all contexts."""
-    by_context: dict[int, list[set[int]]] = {}
-    for context, order, rules, change in prepared:
-        decisions = rules.replay(order, change, threshold)
-        by_context.setdefault(context, []).append({s for s, (cached, _) in decisions.items() if cached})
+def threshold_intervals(rules: DecisionRules, change: PairChanges) -> list[tuple[float, float, frozenset[int]]]:
+    """The thresholds as intervals ``(low, high]`` that each make the same decisions, with the steps cached.
+
+    A replay just above ``low`` compares some changes; the smallest of them above ``low`` is
+    where the next decision flips, so one replay per interval (not one per pair of steps), and
+    each replay resumes at the first step that flips: the steps before it decide as before.
+    """
+    steps = change.steps
+    position = {step: i for i, step in enumerate(steps)}
+    # Any threshold above 0 lets the rules reach the threshold; ``by_threshold`` says how it decides.
+    gated = rules if rules.threshold > 0 else dataclasses.replace(rules, threshold=1.0)
+    intervals: list[tuple[float, float, frozenset[int]]] = []
+    decisions: dict[int, tuple[bool, str]] = {}
+    compared: dict[int, float] = {}          # position -> the change compared there
+    states: list = []
+    low, start = 0.0, 0
+
+    def by_threshold(step: int, reference: int | None) -> tuple[bool, str]:
+        value = None if reference is None else change(reference, step)
+        if value is None:
+            return False, NO_REFERENCE
+        compared[position[step]] = value
+        # Just above ``low``; cache-dit caches without comparing from a threshold of 1 on.
+        return low >= 1.0 or value <= low, THRESHOLD
+
+    while True:
+        resume_state = states[start] if start < len(states) else (None, 0, 0, False)
+        del states[start:]
+        for later in [p for p in compared if p >= start]:
+            del compared[later]
+        decisions.update(gated._walk(steps, by_threshold, start=start, state=resume_state, states=states))
+        cached = frozenset(step for step, (was_cached, _) in decisions.items() if was_cached)
+        above = [value for value in compared.values() if value > low] if low < 1.0 else []
+        high = min(above) if above else math.inf
+        if high >= 1.0 and above:
+            high = 1.0      # from 1 on every compared step caches
+        intervals.append((low, high, cached))
+        if high == math.inf:
+            return intervals
+        # The first step that decides otherwise above the new low: its change is that low (or, at
+        # 1, the first one compared at 1 or more).
+        start = min(p for p, value in compared.items() if value >= high)
+        low = high
+
+
+def _always(value: float) -> bool:
+    return True
+
+
+def _cached_steps_in(partitions, low: float) -> list[int]:
+    """Steps every stream of their context caches at thresholds just above ``low``, over all contexts."""
+    by_context: dict[int, list[frozenset[int]]] = {}
+    for context, intervals in partitions:
+        lows = [start for start, _, _ in intervals]
+        by_context.setdefault(context, []).append(intervals[bisect.bisect_right(lows, low) - 1][2])
     cached: set[int] = set()
     for per_stream in by_context.values():
-        cached |= set.intersection(*per_stream)
+        cached |= frozenset.intersection(*per_stream)
     return sorted(cached)
 
 

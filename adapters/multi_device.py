@@ -33,7 +33,8 @@ import time
 
 import torch
 
-from .cache_run import CacheRun, CallTimer, quiet_cache_dit
+from .cache_run import CacheRun, quiet_cache_dit
+from .run_record import CallTimer
 from .diagnostics import suggest_thresholds
 from .registry import ResolvedTransformer
 from .settings import RunPlan

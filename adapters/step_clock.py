@@ -18,6 +18,11 @@ the step the sampler is integrating, from two sources:
   ``i``'s, and a repeat is step ``i + 1``'s. The node names known correctors;
   an unknown one shows itself by such a repeat and is handled from then on.
 
+A *single-evaluation* sampler (euler and its kin, named by the node) calls the
+model once per stream and step, each step before its report: there the reports
+alone say the step, and the call's sigma is never read. Reading it waits for the
+device (``float`` of a CUDA tensor syncs), so other samplers read it once per call.
+
 A sampler that never calls back shows itself by running two steps ahead of its
 reports; then, as for a caller without a sampler (``sampler_reports=False``),
 the call's sigma alone decides: the nearest schedule value within rounding
@@ -46,7 +51,7 @@ SAME_SIGMA_RELATIVE = 2.0 ** -8
 
 class StepClock:
     def __init__(self, sigmas: torch.Tensor, sampler_reports: bool = False, corrector: bool = False,
-                 start_sigmas: list[float] | None = None):
+                 start_sigmas: list[float] | None = None, single_evaluation: bool = False):
         values = [float(s) for s in torch.as_tensor(sigmas, dtype=torch.float32).flatten().cpu()]
         if len(values) < 2:
             raise ValueError("a sigma schedule needs at least two values (one step)")
@@ -58,8 +63,10 @@ class StepClock:
             raise ValueError(f"start_sigmas needs one value per step ({self.steps}), got {len(self.starts)}")
         self.sampler_reports = sampler_reports  # until the sampler shows it does not
         self.corrector = corrector
+        self.single_evaluation = single_evaluation and sampler_reports
         self.reported = 0                       # reports so far: step ``reported - 1`` is under way
         self._seen_at_next: set = set()         # streams already called at sigma[reported] since the report
+        self._seen_since_report: set = set()    # single-evaluation samplers: streams called since the report
         self._expected_reports = sampler_reports
         self.fell_back_at: int | None = None       # the step where it stopped waiting for reports
         self.corrector_learnt_at: int | None = None
@@ -69,9 +76,21 @@ class StepClock:
         if step + 1 > self.reported:
             self.reported = step + 1
             self._seen_at_next = set()
+            self._seen_since_report = set()
 
     def step_of(self, sigma, stream=None) -> int:
-        """The step a model call at ``sigma`` (of stream ``stream``, e.g. its cond/uncond key) belongs to."""
+        """The step a model call at ``sigma`` (of stream ``stream``, e.g. its cond/uncond key) belongs to.
+
+        ``sigma`` may be a device tensor: it is read only where the reports do not decide.
+        """
+        if self.single_evaluation:
+            if stream not in self._seen_since_report:
+                self._seen_since_report.add(stream)
+                return min(self.reported, self.steps - 1)  # after the report of step i, calls are step i + 1
+            # A stream called twice between reports: this sampler does not report every step (or
+            # evaluates more than once), so the reports alone cannot tell its steps apart.
+            self.single_evaluation = False
+        sigma = sigma_value(sigma)  # one device read for the checks below
         by_sigma = self.step_by_sigma(sigma)
         if self.sampler_reports and by_sigma >= self.reported + 2:
             self.sampler_reports = False  # two steps ahead of the reports: this sampler never calls back

@@ -132,6 +132,7 @@ class Measured:
     times: list[float] = dataclasses.field(default_factory=list)
     latents: dict[int, object] = dataclasses.field(default_factory=dict)   # seed -> final latent
     stats: dict | None = None
+    records: list[dict] = dataclasses.field(default_factory=list)       # the node's record of each timed run
     peak_allocated: int | None = None
     warmup_s: float | None = None
     graphs_in_warmup: int = 0                 # graphs torch.compile compiled during the warm-up
@@ -150,6 +151,29 @@ def reference_of(row: Measured, rows: dict[tuple, Measured]) -> Measured | None:
     return rows.get((row.workload, row.compiled, "uncached"))
 
 
+def estimate_error(row: Measured, rows: dict[tuple, Measured]) -> float | None:
+    """How far a cached row's estimate of its uncached time is from the uncached time measured.
+
+    The node estimates what its run would have taken uncached (``estimated_uncached_s``); the same
+    graph with caching off measures that over the same span (its ``duration_s``). Medians of the
+    timed runs; eager only (the compiled cases have no caching-off row).
+    """
+    off = rows.get((row.workload, row.compiled, "caching off"))
+    if row.variant in ("uncached", "caching off") or off is None or not row.records or not off.records:
+        return None
+    estimated = statistics.median(r["estimated_uncached_s"] for r in row.records)
+    return estimated / statistics.median(r["duration_s"] for r in off.records) - 1.0
+
+
+def extra_peak(row: Measured, rows: dict[tuple, Measured]) -> int | None:
+    """The node's extra CUDA peak over the graph without it (same workload and compile mode)."""
+    uncached = rows.get((row.workload, row.compiled, "uncached"))
+    if row.variant == "uncached" or uncached is None or row.peak_allocated is None \
+            or uncached.peak_allocated is None:
+        return None
+    return row.peak_allocated - uncached.peak_allocated
+
+
 def summarize_row(row: Measured, rows: dict[tuple, Measured]) -> dict:
     reference = reference_of(row, rows)
     eager = rows.get((row.workload, False, "uncached"))
@@ -166,6 +190,8 @@ def summarize_row(row: Measured, rows: dict[tuple, Measured]) -> dict:
         "ideal": ideal, "speedup": speedup, "wall_over_ideal": speedup / ideal,
         "vs_eager": eager.seconds / row.seconds if eager and eager.times else None,
         "peak_vram_gib": row.peak_allocated / 2**30 if row.peak_allocated is not None else None,
+        "extra_vram_mib": (lambda extra: None if extra is None else extra / 2**20)(extra_peak(row, rows)),
+        "estimate_error": estimate_error(row, rows),
         "deviation": max((relative_l2(row.latents[s], reference.latents[s]) for s in seeds), default=None),
         "deviation_reference": reference.case.name if reference else None,
         "graphs_compiled_in_warmup": row.graphs_in_warmup if row.compiled else None,
@@ -207,15 +233,18 @@ def print_table(report: dict):
     print(f"\nKrea-2 Cache-DiT GPU check: {report['device']}, {report['model']['description']}, "
           f"{report['settings']['size']}x{report['settings']['size']}; medians of side-by-side runs")
     header = (f"{'case':<32}{'steps':>6}{'cached':>8}{'wall s':>9}{'ideal':>7}{'speedup':>9}{'vs eager':>9}"
-              f"{'wall/ideal':>11}{'peak VRAM':>11}{'deviation':>11}")
+              f"{'wall/ideal':>11}{'peak VRAM':>11}{'+VRAM':>10}{'est. error':>11}{'deviation':>11}")
     print(header)
     print("-" * len(header))
     for r in report["cases"]:
         print(f"{r['case']:<32}{r['steps']:>6}{_fmt(r['cached'], 's'):>8}{r['seconds']:>9.3f}{r['ideal']:>6.2f}x"
               f"{r['speedup']:>8.2f}x{_fmt(r['vs_eager'], '.2f', 'x'):>9}{r['wall_over_ideal']:>11.0%}"
-              f"{_fmt(r['peak_vram_gib'], '.1f', ' GiB'):>11}{_fmt(r['deviation'], '.4f'):>11}")
+              f"{_fmt(r['peak_vram_gib'], '.1f', ' GiB'):>11}{_fmt(r.get('extra_vram_mib'), '+.0f', ' MiB'):>10}"
+              f"{_fmt(r.get('estimate_error'), '+.1%'):>11}{_fmt(r['deviation'], '.4f'):>11}")
     print("ideal = block evaluations without the cache / with it; speedup = uncached time / time (same compile "
-          "mode); vs eager = eager uncached time / time; deviation = relative L2 of the final latent from "
+          "mode); vs eager = eager uncached time / time; +VRAM = CUDA peak over the uncached case's (same "
+          "compile mode); est. error = the node's estimated uncached time against the caching-off case's "
+          "measured duration_s (medians); deviation = relative L2 of the final latent from "
           "the uncached one (compiled uncached: from eager uncached), same seed.")
     for workload, o in report["caching_off_overhead"].items():
         flag = "ok" if o["ok"] else f"FLAG: {OVERHEAD_LIMIT:.0%} or more"
@@ -293,6 +322,8 @@ class Check:
         row.times.append(result.seconds)
         row.latents[seed] = result.latent
         row.stats = result.stats or row.stats
+        if result.stats:
+            row.records.append(result.stats)
         peak = self.server.get(MEMORY_ROUTE)["peak_allocated"]
         row.peak_allocated = max(row.peak_allocated or 0, peak) if peak is not None else None
         row.graphs_in_timed_runs += self.graphs_compiled() - graphs_before

@@ -92,7 +92,8 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     target = resolve(guider.model_patcher.model.diffusion_model)
     sampler = args[2] if len(args) > 2 else kwargs.get("sampler")
     clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(sampler),
-                      start_sigmas=_start_sigmas(sampler, sigmas))
+                      start_sigmas=_start_sigmas(sampler, sigmas),
+                      single_evaluation=_sampler_name(sampler) in SINGLE_EVALUATION_SAMPLERS)
     plan = plan_run(holder.settings, clock.steps, target.num_blocks)
     plan = dataclasses.replace(plan, warnings=holder.notes + plan.warnings)
     guidance = read_guidance(guider)
@@ -168,9 +169,18 @@ def _run_uncached(executor, args, kwargs, holder, steps, guidance, reason):
 CORRECTOR_SAMPLERS = {"sample_heun", "sample_heunpp2", "sample_exp_heun_2_x0", "sample_exp_heun_2_x0_sde"}
 
 
+# Samplers that call the model once per cond and step, before reporting the step: the clock
+# needs no sigma for them (reading it from the GPU would wait for the device on every call).
+SINGLE_EVALUATION_SAMPLERS = {"sample_euler", "sample_euler_ancestral", "sample_dpmpp_2m", "sample_dpmpp_2m_sde",
+                              "sample_dpmpp_3m_sde", "sample_lcm"}
+
+
+def _sampler_name(sampler) -> str:
+    return getattr(getattr(sampler, "sampler_function", None), "__name__", "")
+
+
 def _is_corrector(sampler) -> bool:
-    function = getattr(sampler, "sampler_function", None)
-    return getattr(function, "__name__", "") in CORRECTOR_SAMPLERS
+    return _sampler_name(sampler) in CORRECTOR_SAMPLERS
 
 
 def _start_sigmas(sampler, sigmas) -> list[float] | None:

@@ -446,3 +446,81 @@ def test_split_calls_keep_each_streams_calibrator_apart(transformer, name):
 def test_unsupported_module_is_named_in_the_error():
     with pytest.raises(registry.UnsupportedModelError, match=r"got a Linear model.*Supported: Krea-2"):
         registry.resolve(torch.nn.Linear(2, 2))
+
+
+def test_duration_is_the_sampling_itself_not_what_comes_before_or_after(transformer):
+    import time
+
+    stream = Stream(COND, 1)
+    with open_run(transformer, FAST, cfg=1.0, conds_per_step=1) as run:
+        time.sleep(0.4)     # ComfyUI's preparation before the first call (e.g. loading the model)
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [COND], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        time.sleep(0.4)
+    calls = sum(call.timer.seconds() for call in run.timed_calls)
+    assert calls <= run.record.duration_s < calls + 0.2, (calls, run.record.duration_s)
+
+
+class FailingTimer:
+    """A call timer whose device is gone (as after a CUDA error: reading an event raises)."""
+
+    def seconds(self, *args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    seconds_until = stop = seconds
+
+
+def test_the_runs_own_error_reaches_the_user_when_its_stats_cannot_be_made(transformer):
+    from krea2_cachedit.adapters.run_record import TimedCall
+
+    stream = Stream(COND, 1)
+    run = open_run(transformer, FAST, cfg=1.0, conds_per_step=1)
+    with pytest.raises(ValueError, match="the sampler's own error"):
+        with run:
+            with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
+                forward(transformer, stream.x, stream.context, SIGMAS[0])
+            run.timed_calls.insert(0, TimedCall(None, True, False, FailingTimer()))
+            raise ValueError("the sampler's own error")
+    assert run.record is None and not hasattr(transformer, "_is_cached")
+    # Without an error of the run's own, a failure to make the stats is not hidden either.
+    run = open_run(transformer, FAST, cfg=1.0, conds_per_step=1)
+    with pytest.raises(RuntimeError, match="CUDA error"):
+        with run:
+            run.timed_calls.append(TimedCall(None, True, False, FailingTimer()))
+    assert not hasattr(transformer, "_is_cached")
+
+
+def test_an_uncached_call_swaps_the_original_blocks_and_forward_in_and_back(transformer):
+    stream = Stream(COND, 1)
+    with open_run(transformer, FAST, cfg=1.0, conds_per_step=1) as run:
+        cached_blocks, cached_forward = transformer.transformer_blocks, transformer.__dict__.get("forward")
+        assert cached_forward is not None, "cache-dit patched the instance's forward"
+        with run.uncached():
+            assert list(transformer.transformer_blocks) == list(run._original_blocks)
+            assert transformer.forward.__func__ is type(transformer).forward
+            plain = forward(transformer, stream.x, stream.context, SIGMAS[0])
+        assert transformer.transformer_blocks is cached_blocks
+        assert transformer.__dict__.get("forward") is cached_forward
+    untouched = diffusers_transformer(SHAPE, seed=3)
+    torch.testing.assert_close(plain, forward(untouched, stream.x, stream.context, SIGMAS[0]), rtol=0, atol=0)
+
+
+def test_a_call_sigma_stays_on_its_device_until_the_record(transformer):
+    """A single-evaluation sampler's calls never read their sigma (a GPU read waits for the device)."""
+    stream = Stream(COND, 1)
+    target = registry.resolve(transformer)
+    clock = StepClock(SIGMAS, sampler_reports=True, single_evaluation=True)
+    with CacheRun(target, plan_run(FAST, STEPS, target.num_blocks), clock, 1.0, conds_per_step=1) as run:
+        for i in range(STEPS):
+            # The value itself is unreadable here: a meta tensor has none.
+            with run.model_call(torch.empty((1,), device="meta"), [COND], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+            clock.step_reported(i)
+            assert run.outcomes[-1].step == i and torch.is_tensor(run.outcomes[-1].sigma)
+        for outcome, sigma in zip(run.outcomes, SIGMAS):
+            outcome.sigma = sigma.reshape(1)   # readable again for the record at the end
+    assert run.record.cached_steps == FAST_MASK_CACHED
+    assert [c[4] for c in run.record.call_log] == [round(float(s), 6) for s in SIGMAS[:STEPS]]

@@ -7,21 +7,24 @@ same run, and the threshold advisor to what a re-run with its suggestion does.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from krea2_cachedit.adapters.diagnostics import DecisionRules, StreamTrace, relative_change
 from krea2_cachedit.adapters.settings import CacheSettings
-from test_cache_run import COND, STEPS, UNCOND, Stream, run_single, run_split, transformer  # noqa: F401 (fixture)
+from krea2_synthetic import diffusers_transformer
+from test_cache_run import (  # noqa: F401 (fixture)
+    COND, SHAPE, SIGMAS, STEPS, UNCOND, Stream, forward, open_run, run_single, run_split, transformer)
 
 
 def replay_of(run) -> set[int]:
     """The steps the advisor's replay says cache-dit caches, from the run's own measured changes."""
     cached = None
     for trace, rules in run.stream_traces():
-        order, changes = trace.pair_changes()
-        position = {s: i for i, s in enumerate(order)}
-        decisions = rules.replay(order, lambda k, t: float(changes[position[k], position[t]]))
+        changes = trace.pair_changes()
+        decisions = rules.replay(changes.steps, changes)
         steps = {s for s, (was_cached, _) in decisions.items() if was_cached}
         cached = steps if cached is None else cached & steps
     return cached
@@ -125,3 +128,82 @@ def test_decision_rules_of_a_fresh_context_mid_run():
     assert rules.warmup_steps == frozenset({3, 4})
     reasons = rules.explain([3, 4, 5, 6, 7], {3: False, 4: False, 5: True, 6: True, 7: False})
     assert reasons == {3: "fresh_context", 4: "warmup", 5: "mask", 6: "mask", 7: "mask"}
+
+
+# --- the numbers cache-dit decides on -----------------------------------------------------------
+
+def run_in_bf16(transformer, settings: CacheSettings):
+    """One stream on a bf16 model (as Krea-2 runs on a GPU); also what cache-dit itself compared."""
+    import cache_dit
+
+    stream = Stream(COND, 1)
+    with open_run(transformer, settings, cfg=1.0, conds_per_step=1) as run:
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [COND], [stream.x.shape]):
+                out = forward_bf16(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out.float(), float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        compared = {}
+        for stats in cache_dit.summary(transformer, logging=False):
+            compared.update(stats.residual_diffs)
+    # cache-dit's own record of the changes it compared (negative values mark "not compared").
+    return run, {int(step): value for step, value in compared.items() if value > 0}
+
+
+def forward_bf16(transformer, x, context, sigma):
+    ids = torch.zeros(context.shape[1] + x.shape[1], 3)
+    ids[context.shape[1]:, 1] = torch.arange(x.shape[1]) // 4
+    ids[context.shape[1]:, 2] = torch.arange(x.shape[1]) % 4
+    timestep = torch.full((x.shape[0],), float(sigma), dtype=torch.bfloat16)
+    bf16 = torch.bfloat16
+    return transformer(x.to(bf16), context.to(bf16), timestep, ids.to(bf16)).sample
+
+
+@pytest.fixture(scope="module")
+def bf16_transformer():
+    return diffusers_transformer(SHAPE, seed=3, dtype=torch.bfloat16)
+
+
+def test_in_bf16_at_the_threshold_chart_reasons_and_replay_are_what_cache_dit_decided(bf16_transformer):
+    measure = CacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
+    change = run_in_bf16(bf16_transformer, measure)[0].record.residual_diffs[2]   # the first step compared
+    outcomes = {}
+    # cache-dit caches when change < threshold: at the change itself it computes, one float above it caches.
+    for threshold in (change, math.nextafter(change, math.inf)):
+        run, compared = run_in_bf16(bf16_transformer, CacheSettings(
+            residual_diff_threshold=threshold, max_warmup_steps=2, max_continuous_cached_steps=-1))
+        record = run.record
+        assert compared and all(record.residual_diffs[step] == value for step, value in compared.items()), \
+            (compared, record.residual_diffs)
+        for step, reason in enumerate(record.step_reasons):
+            if reason == "threshold":   # the chart: below the threshold line <=> cached
+                assert (record.residual_diffs[step] < threshold) == (step in record.cached_steps), step
+        assert replay_of(run) == set(record.cached_steps)
+        outcomes[threshold] = 2 in record.cached_steps
+    assert list(outcomes.values()) == [False, True]
+
+
+def test_a_stream_holds_one_full_residual_through_the_middle_blocks(transformer):
+    held = []
+    run_box = []
+
+    def count(module, args):
+        if run_box:
+            held.append(max((trace.held_residuals() for trace, _ in run_box[0].stream_traces()), default=0))
+
+    # Block 2 is a middle block (Fn=1, Bn=0): it runs only in computed calls, at the activation peak.
+    hook = transformer.transformer_blocks[2].register_forward_pre_hook(count)
+    try:
+        streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
+        settings = CacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
+        with open_run(transformer, settings, cfg=3.5, conds_per_step=2) as run:
+            run_box.append(run)
+            for i in range(STEPS):
+                for branch in (COND, UNCOND):
+                    s = streams[branch]
+                    with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
+                        out = forward(transformer, s.x, s.context, SIGMAS[i])
+                    s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    finally:
+        hook.remove()
+    assert len(held) == 2 * STEPS and max(held) == 1
+    assert all(trace.held_residuals() == 0 for trace, _ in run.stream_traces()), "released at the end"

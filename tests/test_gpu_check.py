@@ -73,6 +73,29 @@ def test_plan_raw_keeps_full_length_and_drops_repeats_first():
     assert gpu_check.repeats_that_fit(20, 2.0, 4, most=5) == 2
 
 
+def test_report_gives_the_estimates_error_and_the_nodes_extra_peak_per_case(capsys):
+    def row(variant, peak, records):
+        measured = gpu_check.Measured(gpu_check.Case(f"turbo {variant}", 8, 1.0, None), "turbo", variant, False, None,
+                                      times=[2.0], records=records, peak_allocated=peak)
+        return ("turbo", False, variant), measured
+
+    gib = 2 ** 30
+    rows = dict([row("uncached", 10 * gib, []),
+                 row("caching off", 10 * gib + 100 * 2 ** 20, [{"duration_s": 2.0, "estimated_uncached_s": 2.0}] * 3),
+                 row("defaults", 10 * gib + 52 * 2 ** 20, [{"duration_s": 1.5, "estimated_uncached_s": v}
+                                                           for v in (2.1, 2.2, 2.6)])])
+    table = {r["variant"]: r for r in gpu_check.summarize(rows)}
+    assert table["defaults"]["estimate_error"] == pytest.approx(0.1)     # median 2.2 against 2.0 measured
+    assert table["defaults"]["extra_vram_mib"] == pytest.approx(52)
+    assert table["caching off"]["estimate_error"] is None and table["caching off"]["extra_vram_mib"] == 100
+    assert table["uncached"]["estimate_error"] is None and table["uncached"]["extra_vram_mib"] is None
+    report = {"device": "test", "model": {"description": "m"}, "settings": {"size": 1024}, "cases": list(table.values()),
+              "caching_off_overhead": {}, "budget": {"cuts": []}, "errors": [], "timings": {}, "smoke": False}
+    gpu_check.print_table(report)
+    printed = capsys.readouterr().out
+    assert "+52 MiB" in printed and "+10.0%" in printed
+
+
 def _fake_wheel(path: Path, files: dict[str, bytes]) -> Path:
     record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in files.items())
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:

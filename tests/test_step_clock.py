@@ -155,3 +155,26 @@ def test_guesses_are_warned_about():
     for sigma in SIGMAS[:-1]:
         no_sampler.step_of(float(sigma), COND)
     assert known.warnings() == [] and no_sampler.warnings() == []
+
+
+@pytest.mark.parametrize("streams", [[COND], [COND, UNCOND]])
+def test_a_single_evaluation_sampler_that_never_reports_falls_back_to_sigma(streams):
+    # euler and its kin are clocked by their reports alone (no sigma read per call); one that never
+    # reports shows itself by calling a stream twice between reports, and is then clocked by sigma.
+    sigmas = krea2_simple_sigmas(8)
+    clock = StepClock(sigmas, sampler_reports=True, single_evaluation=True)
+    seen = [clock.step_of(sigma, stream) for sigma in sigmas[:-1] for stream in streams]
+    assert seen[-len(streams):] == [7] * len(streams), seen
+    assert seen == sorted(seen) and len(set(seen)) >= 6, seen
+    assert any("never reported its steps" in note for note in clock.warnings()), clock.warnings()
+
+
+def test_a_single_evaluation_sampler_that_reports_is_clocked_by_its_reports_alone():
+    sigmas = krea2_simple_sigmas(8)
+    clock = StepClock(sigmas, sampler_reports=True, single_evaluation=True)
+    seen = []
+    for step in range(8):
+        seen += [clock.step_of(torch.tensor(float("nan")), stream) for stream in (COND, UNCOND)]
+        clock.step_reported(step)
+    assert seen == [step for step in range(8) for _ in range(2)]
+    assert clock.warnings() == []

@@ -1,0 +1,69 @@
+"""The node's extra peak memory at Krea-2's real size (1024x1024, width 6144), CPU RSS, side by side.
+
+Runs the real-shape tier's model (``tests/test_realshape_comfyui.py``: the real architecture with
+two blocks, bf16 weights, ComfyUI computing in float32 on the CPU) through the real server: the
+graph without the node and the node with caching off (which traces every call), each after
+resetting the server process's peak RSS (``/proc/PID/clear_refs``). Prints each run's peak RSS
+and its excess over the uncached run, beside what the diagnostics should hold: one Fn residual
+per stream (1 x 4112 x 6144 float32 = 101 MB) plus 64 KiB of samples per step and stream.
+On a GPU the GPU check reports the same as CUDA peak memory (``dev.py gpu-check``).
+
+    python benchmarks/realshape_memory.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+from comfy_harness import find_comfyui, load_pack  # noqa: E402
+
+
+def peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc status")
+
+
+def reset_peak_rss(pid: int):
+    Path(f"/proc/{pid}/clear_refs").write_text("5")   # 5: reset the peak RSS to the current RSS
+
+
+def main():
+    load_pack()
+    from test_realshape_comfyui import FN_RESIDUAL_VALUES, realshape_prompt, start_realshape_server
+
+    comfy_root = find_comfyui()
+    if comfy_root is None:
+        raise SystemExit("No ComfyUI found (set COMFYUI_PATH).")
+    server = start_realshape_server(comfy_root, Path(tempfile.mkdtemp(prefix="krea2_realshape_memory_")))
+    cases = {"uncached (no node)": None, "caching off": {"residual_diff_threshold": 0.0, "max_warmup_steps": 1}}
+    try:
+        server.run(realshape_prompt(None, seed=99))   # load the model: every measured run starts from it
+        rows = {}
+        for name, cache in cases.items():
+            reset_peak_rss(server.process.pid)
+            before = peak_rss_bytes(server.process.pid)
+            started = time.perf_counter()
+            entry = server.run(realshape_prompt(cache), timeout=3600)
+            rows[name] = (peak_rss_bytes(server.process.pid), before, time.perf_counter() - started,
+                          entry["status"]["status_str"])
+    finally:
+        server.stop()
+    base = rows["uncached (no node)"][0]
+    print(f"\nPeak RSS of the ComfyUI process, 1024x1024, width 6144, 2 blocks, 2 steps, CPU float32:")
+    print(f"{'case':<22}{'peak RSS':>12}{'over uncached':>15}{'RSS before':>12}{'wall s':>9}  status")
+    for name, (peak, before, seconds, status) in rows.items():
+        print(f"{name:<22}{peak / 2**20:>9.0f} MiB{(peak - base) / 2**20:>+11.0f} MiB{before / 2**20:>8.0f} MiB"
+              f"{seconds:>9.1f}  {status}")
+    print(f"one Fn residual: {FN_RESIDUAL_VALUES * 4 / 2**20:.0f} MiB in float32 (the diagnostics hold one per stream)")
+
+
+if __name__ == "__main__":
+    main()
