@@ -170,7 +170,8 @@ def test_fp8_weights_cache_the_same_steps_and_measure_their_changes(comfy_server
     latent, record = run(comfy_server, prompt)
     assert record["status"] == "ok" and record["cached_steps"] == reference_record["cached_steps"]
     assert all(d is not None and 0 < d < 10 for d in record["residual_diffs"][1:]), record["residual_diffs"]
-    assert record["threshold_suggestions"]
+    # Under a step mask the threshold decides no step, so there is no threshold to suggest.
+    assert record["threshold_suggestions"] == [] == reference_record["threshold_suggestions"]
     # Quantized weights sample close to, not exactly, the fp32 image.
     assert 0 < float((latent - reference).norm() / reference.norm()) < 0.2
 
