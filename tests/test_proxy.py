@@ -106,8 +106,9 @@ def cached_count(record: dict) -> int:
     return len(record["cached_steps"])
 
 
-# What the node's defaults (sglang's settings) cache on the proxy; measured, see the README.
-DEFAULTS_CACHE_AT_LEAST = {"turbo": 1, "raw": 20}
+# What the node's defaults (sglang's settings) cache on the proxy: measured 3 of 8 (Turbo-like) and
+# 35-36 of 52 (Raw-like) steps, see the README; random weights of its shape cache none.
+DEFAULTS_CACHE_AT_LEAST = {"turbo": 2, "raw": 30}
 
 
 @pytest.mark.parametrize("name,recipe", [("turbo", TURBO), ("raw", RAW)], ids=["turbo", "raw"])
@@ -119,7 +120,7 @@ def test_the_defaults_cache_steps_on_a_trained_model(proxy_server, proxy, name, 
         image, record = sample(proxy_server, proxy, label=label, seed=40 + label, cache={}, **recipe)
         assert record["status"] == "ok" and record["cfg_mode"] == ("batched" if recipe["cfg"] > 1 else "none")
         assert cached_count(record) >= DEFAULTS_CACHE_AT_LEAST[name], record["residual_diffs"]
-        assert 0 < mae_255(image, reference) < 8 and psnr_db(image, reference) > 30
+        assert 0 < mae_255(image, reference) < 10 and psnr_db(image, reference) > 25
         _, random_record = sample(proxy_server, proxy, label=label, seed=40 + label, cache={},
                                   model=PROXY_RANDOM_MODEL, **recipe)
         assert cached_count(random_record) == 0, random_record["residual_diffs"]
@@ -131,10 +132,10 @@ def test_the_error_grows_with_the_threshold(proxy_server, proxy):
     for threshold in (0.06, 0.24, 0.48):
         maes, counts = [], []
         for label in (2, 7):
-            reference, _ = sample(proxy_server, proxy, label=label, seed=60 + label, **RAW)
+            reference, _ = sample(proxy_server, proxy, label=label, seed=60 + label, **TURBO)
             image, record = sample(proxy_server, proxy, label=label, seed=60 + label,
                                    cache={"residual_diff_threshold": threshold, "max_continuous_cached_steps": -1},
-                                   **RAW)
+                                   **TURBO)
             maes.append(mae_255(image, reference))
             counts.append(cached_count(record))
         rows.append((threshold, sum(counts), sum(maes) / len(maes)))
@@ -146,30 +147,31 @@ def test_the_error_grows_with_the_threshold(proxy_server, proxy):
 def test_a_suggested_threshold_caches_its_count_on_a_rerun(proxy_server, proxy):
     """Suggestions from a run with caching off (its changes measured on every step) hold within one step."""
     off = {"residual_diff_threshold": 0.0}
-    _, measured = sample(proxy_server, proxy, label=3, seed=71, cache=off, **RAW)
+    _, measured = sample(proxy_server, proxy, label=3, seed=71, cache=off, **TURBO)
     suggestions = measured["threshold_suggestions"]
-    assert len(suggestions) >= 3, suggestions
-    for suggestion in suggestions[::2]:  # every other one, from the smallest count up
+    assert len(suggestions) >= 2, suggestions
+    for suggestion in suggestions:
         _, rerun = sample(proxy_server, proxy, label=3, seed=71,
-                          cache={"residual_diff_threshold": suggestion["threshold"]}, **RAW)
+                          cache={"residual_diff_threshold": suggestion["threshold"]}, **TURBO)
         assert abs(cached_count(rerun) - len(suggestion["cached_steps"])) <= 1, (suggestion, rerun["cached_steps"])
 
 
 def test_taylorseer_at_equal_cached_steps(proxy_server, proxy):
     """With a step mask both runs cache the same steps; TaylorSeer's forecast of the cached steps'
-    residual instead of reusing the last one changes the error (measured: it lowers it)."""
+    residual instead of reusing the last one changes the error. Measured on 8 steps with the fast mask
+    (cached steps 3, 5, 6): it lowers it, 4.6 -> 2.4/255."""
     rows = {}
     for taylorseer in (False, True):
         maes, cached = [], []
         for label in (0,):
-            reference, _ = sample(proxy_server, proxy, label=label, seed=90 + label, **RAW)
+            reference, _ = sample(proxy_server, proxy, label=label, seed=90 + label, **TURBO)
             image, record = sample(proxy_server, proxy, label=label, seed=90 + label,
-                                   cache={"steps_mask": "fast", "enable_taylorseer": taylorseer}, **RAW)
+                                   cache={"steps_mask": "fast", "enable_taylorseer": taylorseer}, **TURBO)
             maes.append(mae_255(image, reference))
             cached.append(record["cached_steps"])
         rows[taylorseer] = (cached, sum(maes) / len(maes))
     assert rows[False][0] == rows[True][0] and rows[True][0][0], rows
-    assert rows[True][1] < rows[False][1], rows
+    assert rows[True][1] < rows[False][1] * 0.9, rows
 
 
 def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
@@ -187,7 +189,7 @@ def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
     prompt = example_prompt_on_proxy(workflow, proxy_server.get("/object_info"), label=5, prefix="proxy_compare")
     (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
     entry, [record] = proxy_server.run_with_stats(prompt, node_id=cache_id)
-    assert cached_count(record) >= DEFAULTS_CACHE_AT_LEAST["turbo"], record["residual_diffs"]
+    assert cached_count(record) >= 1, record["residual_diffs"]
     (compare_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"]
     (metrics,) = entry["outputs"][compare_id]["metrics"]
     saved = saved_images(proxy_server, prompt, entry)
