@@ -4,6 +4,9 @@
     python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
     python3 dev.py test    # the whole test suite (what CI runs)
 
+Both train a small Krea-2 proxy first when its cache (~/.cache/krea2-cachedit) has none: a few
+minutes on 2 CPU cores, once (tests/krea2_proxy.py).
+
 and the GPU check (README, "GPU check"): Krea-2 Turbo and Raw at full size on a GPU machine
 without network, with and without the cache and torch.compile:
 
@@ -122,6 +125,16 @@ def prepare_packaging_tools():
     print(f"comfy-cli setup: {status}", flush=True)
 
 
+def prepare_proxy(python: Path, comfy_root: Path | None):
+    """The small trained Krea-2 for the proxy tier: trained once (a few minutes, with a progress bar)
+    into a cache outside the repository, reused while its generator is unchanged."""
+    if comfy_root is None:
+        return
+    result = subprocess.run([python, REPO / "tests" / "krea2_proxy.py", "ensure", "--comfyui", comfy_root])
+    status = "ok" if result.returncode == 0 else f"FAILED ({consequence('proxy')})"
+    print(f"Krea-2 proxy setup: {status}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("demo", "test", "gpu-check"):
         print(__doc__)
@@ -137,6 +150,7 @@ def main(argv: list[str]) -> int:
     prepare_manager(python, comfy_root)
     prepare_browser()
     prepare_packaging_tools()
+    prepare_proxy(python, comfy_root)
     result = subprocess.run([python, "-m", "pytest", "-ra", *rest], cwd=REPO)
     return result.returncode
 

@@ -1,12 +1,17 @@
 """Krea-2 Cache-DiT, side by side: the same sampling with and without the cache, in one run.
 
-Default (no arguments): a mid-size seeded-random Krea-2 generated on the fly,
-sampled on the CPU through the real ComfyUI server when one is found (see the
-README for how it is found), otherwise through the pack's adapters and a
-diffusers Krea-2 directly. Prints, per setting: cached steps, the ideal speedup
-(transformer block evaluations without the cache / with it, counting the
-blocks cache-dit always computes), the measured wall-clock speedup, their
-ratio, and how far the cached result is from the uncached one.
+Default (no arguments): the small trained Krea-2 proxy (tests/krea2_proxy.py; trained once,
+about 6 minutes on 2 CPU cores, then cached) sampled on the CPU through the real ComfyUI server
+when one is found (see the README for how it is found), Turbo-like (8 steps, CFG 1) and Raw-like
+(52 steps, CFG 3.5), with the node's defaults, step masks, TaylorSeer and a threshold sweep. Its
+images are decoded, so the cost of caching is measured as MAE/255 and PSNR of the cached image
+against the uncached one (a small model on procedural images: dynamics, not Krea-2 quality).
+``--random`` samples a mid-size seeded-random Krea-2 instead (speed at a larger shape; random
+weights never cache at the default threshold); without ComfyUI the benchmark samples that one
+through the pack's adapters and a diffusers Krea-2 directly. Prints, per setting: cached steps,
+the ideal speedup (transformer block evaluations without the cache / with it, counting the
+blocks cache-dit always computes), the measured wall-clock speedup, their ratio, and how far the
+cached result is from the uncached one.
 
 With ``--model PATH`` it samples a real Krea-2 checkpoint (ComfyUI's
 "Load Diffusion Model" format) on the GPU when there is one, with the node's
@@ -28,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
-from krea2_prompts import krea2_prompt  # noqa: E402
+from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt  # noqa: E402
 
 STATS_ROUTE = "/krea2_cachedit/stats"
 LATENT_NODE, CACHE_NODE = "7", "5"   # krea2_prompt's SaveLatent and Krea2CacheDiT
@@ -62,6 +67,22 @@ def default_cases(steps: int, cfg: float, raw: bool, compile_backend: str | None
                   Case("raw node defaults", 52, 3.5, {}), Case("raw steps_mask medium", 52, 3.5, {"steps_mask": "medium"})]
     if compile_backend:
         cases = [dataclasses.replace(c, name=f"compiled {c.name}", compile_backend=compile_backend) for c in cases]
+    return cases
+
+
+PROXY_THRESHOLDS = (0.12, 0.32, 0.48)  # the sweep around the default 0.24
+
+
+def proxy_cases() -> list[Case]:
+    """Turbo-like and Raw-like runs of the proxy: defaults, masks, TaylorSeer, a threshold sweep."""
+    cases = []
+    for prefix, steps, cfg, masks in (("", 8, 1.0, ("fast", "ultra")), ("raw ", 52, 3.5, ("medium", "fast"))):
+        cases += [Case(f"{prefix}uncached", steps, cfg, None), Case(f"{prefix}caching off", steps, cfg, OFF),
+                  Case(f"{prefix}node defaults", steps, cfg, {}),
+                  Case(f"{prefix}defaults + TaylorSeer", steps, cfg, {"calibrator": "taylorseer"})]
+        cases += [Case(f"{prefix}steps_mask {mask}", steps, cfg, {"steps_mask": mask}) for mask in masks]
+        cases += [Case(f"{prefix}threshold {t:g}", steps, cfg, {"residual_diff_threshold": t})
+                  for t in PROXY_THRESHOLDS]
     return cases
 
 
@@ -104,10 +125,17 @@ def run_comfyui(args, comfy_root: Path) -> list[dict]:
     from krea2_synthetic import Krea2Shape, save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(Path(tempfile.mkdtemp(prefix="krea2_bench_")))
+    proxy = None
     if args.model:
         link = base / "models" / "diffusion_models" / Path(args.model).name
         link.symlink_to(Path(args.model).resolve())
         model_name, features = link.name, 12 * 2560  # the native krea2 text encoder's layout
+    elif not args.random:
+        from krea2_proxy import ensure_proxy
+
+        proxy = ensure_proxy(comfy_root)
+        (base / "models" / "diffusion_models" / PROXY_MODEL).symlink_to(proxy.checkpoint)
+        model_name, features = PROXY_MODEL, proxy.settings.context_features
     else:
         shape = Krea2Shape(**MID_SIZE)
         model_name, features = "krea2_bench.safetensors", shape.context_features
@@ -115,12 +143,16 @@ def run_comfyui(args, comfy_root: Path) -> list[dict]:
         save_native_checkpoint(base / "models" / "diffusion_models" / model_name, shape, seed=0)
     server = ComfyServer(comfy_root, base, cpu=not args.gpu).start()
     try:
-        return measure(server, args, model_name, features)
+        return measure(server, args, model_name, features, proxy)
     finally:
         server.stop()
 
 
-def case_prompt(case: Case, model_name: str, features: int, seed: int, size: int, tokens: int) -> dict:
+def case_prompt(case: Case, model_name: str, features: int, seed: int, size: int, tokens: int,
+                proxy=None) -> dict:
+    if proxy is not None:  # each repeat samples another class of the proxy's data set
+        return proxy_prompt(label=seed % 8, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed,
+                            prefix=f"bench_{case.name.replace(' ', '_')}")
     prompt = krea2_prompt(cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, size=size,
                           model=model_name, pos_tokens=tokens, neg_tokens=tokens,
                           prefix=f"bench_{case.name.replace(' ', '_')}", compile_backend=case.compile_backend)
@@ -129,17 +161,20 @@ def case_prompt(case: Case, model_name: str, features: int, seed: int, size: int
     return prompt
 
 
-def measure(server: ComfyServer, args, model_name: str, features: int) -> list[dict]:
-    cases = default_cases(args.steps, args.cfg, args.raw, "inductor" if args.compile else None)
+def measure(server: ComfyServer, args, model_name: str, features: int, proxy=None) -> list[dict]:
+    cases = proxy_cases() if proxy is not None else default_cases(args.steps, args.cfg, args.raw,
+                                                                  "inductor" if args.compile else None)
+    if proxy is not None and args.compile:
+        cases = [dataclasses.replace(c, name=f"compiled {c.name}", compile_backend="inductor") for c in cases]
     results = {c.name: {"case": c, "times": [], "latents": [], "stats": []} for c in cases}
     print("Warming up (model load, first runs) ...", flush=True)
     for case in cases:
-        run_prompt(server, case_prompt(case, model_name, features, 10_000, args.size, args.tokens))
+        run_prompt(server, case_prompt(case, model_name, features, 10_000, args.size, args.tokens, proxy))
     compiled_after_warmup = server.get(COMPILE_ROUTE) if args.compile else None
     for rep in range(args.repeats):
         # Alternate the order so drift (thermal, background load) hits every case alike.
         for case in (cases if rep % 2 == 0 else list(reversed(cases))):
-            run = run_prompt(server, case_prompt(case, model_name, features, rep, args.size, args.tokens))
+            run = run_prompt(server, case_prompt(case, model_name, features, rep, args.size, args.tokens, proxy))
             result = results[case.name]
             result["times"].append(run.seconds)
             result["latents"].append((rep, run.latent))
@@ -149,10 +184,23 @@ def measure(server: ComfyServer, args, model_name: str, features: int) -> list[d
         # The cache's per-step decisions must not make torch.compile compile again once warm.
         print(f"torch.compile after the warm-up: {compiled_after_warmup}; after every timed run: "
               f"{server.get(COMPILE_ROUTE)}", flush=True)
-    return summarize(results)
+    return summarize(results, proxy.decode if proxy is not None else None)
 
 
-def summarize(results: dict) -> list[dict]:
+def image_errors(latents: list, references: list, decode) -> tuple[float, float]:
+    """Mean MAE (0-255 scale) and PSNR (dB) of the decoded images against the uncached ones, same seeds."""
+    import math
+
+    maes, psnrs = [], []
+    for (_, latent), (_, reference) in zip(sorted(latents, key=lambda t: t[0]), sorted(references, key=lambda t: t[0])):
+        image, target = decode(latent), decode(reference)
+        maes.append(float((image - target).abs().mean() * 255))
+        mse = float((image - target).square().mean())
+        psnrs.append(10 * math.log10(1 / mse) if mse > 0 else math.inf)
+    return statistics.mean(maes), statistics.mean(psnrs)
+
+
+def summarize(results: dict, decode=None) -> list[dict]:
     rows = []
     for name, result in results.items():
         case = result["case"]
@@ -163,12 +211,13 @@ def summarize(results: dict) -> list[dict]:
                         for (_, lat), (_, ref) in zip(sorted(result["latents"], key=lambda t: t[0]),
                                                       sorted(reference["latents"], key=lambda t: t[0])))
         stats = result["stats"][-1] if result["stats"] else None
+        mae, psnr = image_errors(result["latents"], reference["latents"], decode) if decode else (None, None)
         ideal = stats["ideal_speedup"] if stats else 1.0
         wall = base_time / time_
         rows.append({"case": name, "steps": case.steps, "cfg": case.cfg, "seconds": time_,
                      "cached": f"{len(stats['cached_steps'])}/{stats['steps']}" if stats else "-",
                      "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall,
-                     "efficiency": wall / ideal, "deviation": deviation,
+                     "efficiency": wall / ideal, "deviation": deviation, "mae_255": mae, "psnr_db": psnr,
                      "estimate_error": estimate_error(result, results.get(reference_case(name).replace(
                          "uncached", "caching off")))})
     return rows
@@ -244,18 +293,22 @@ def run_adapters(args) -> list[dict]:
 
 def print_table(rows: list[dict], where: str):
     print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of side-by-side runs:")
+    images = any(r.get("mae_255") is not None for r in rows)
     header = (f"{'setting':<31}{'steps':>6}{'cfg':>5}{'mode':>9}{'cached':>8}{'s/run':>8}{'ideal':>7}{'wall':>7}"
-              f"{'wall/ideal':>11}{'deviation':>11}{'est. error':>11}")
+              f"{'wall/ideal':>11}{'deviation':>11}{'est. error':>11}" + (f"{'MAE/255':>9}{'PSNR dB':>9}" if images else ""))
     print(header)
     print("-" * len(header))
     for r in rows:
         error = "-" if r.get("estimate_error") is None else f"{r['estimate_error']:+.1%}"
         print(f"{r['case']:<31}{r['steps']:>6}{r['cfg']:>5g}{r['cfg_mode']:>9}{r['cached']:>8}{r['seconds']:>8.2f}"
-              f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{r['efficiency']:>10.0%}{r['deviation']:>11.4f}{error:>11}")
+              f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{r['efficiency']:>10.0%}{r['deviation']:>11.4f}{error:>11}"
+              + (f"{r['mae_255']:>9.2f}{r['psnr_db']:>9.1f}" if images else ""))
     print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time (compiled "
           "cases: against compiled uncached); deviation = relative L2 distance of the final latent from the "
           "uncached one (same seed); est. error = the node's estimate of the uncached run time against the "
-          "same graph with caching off.")
+          "same graph with caching off." + (" MAE/255 and PSNR: the decoded image against the uncached one (mean "
+          "over the repeats; a small trained proxy on procedural images: dynamics, not Krea-2 quality)."
+          if images else ""))
 
 
 def main(argv=None):
@@ -269,6 +322,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--raw", action="store_true", help="also run Krea-2 Raw settings (52 steps, CFG 3.5)")
     parser.add_argument("--adapters-only", action="store_true", help="skip ComfyUI even when it is found")
+    parser.add_argument("--random", action="store_true",
+                        help="a mid-size seeded-random Krea-2 instead of the trained proxy (--steps, --cfg, --raw, "
+                             "--size and --tokens apply to it)")
     parser.add_argument("--compile", action="store_true",
                         help="every case behind ComfyUI's TorchCompileModel (inductor), before the node")
     args = parser.parse_args(argv)
@@ -280,10 +336,12 @@ def main(argv=None):
     if comfy_root is not None:
         print(f"Using ComfyUI at {comfy_root}", flush=True)
         rows = run_comfyui(args, comfy_root)
-        where = f"ComfyUI, {'GPU' if args.gpu else 'CPU'}, {'model ' + args.model if args.model else 'generated mid-size Krea-2'}"
+        model = ("model " + args.model if args.model else "generated mid-size seeded-random Krea-2" if args.random
+                 else "small trained Krea-2 proxy, 128x128")
+        where = f"ComfyUI, {'GPU' if args.gpu else 'CPU'}, {model}"
     else:
         rows = run_adapters(args)
-        where = "adapters only, CPU, generated mid-size Krea-2"
+        where = "adapters only, CPU, generated mid-size seeded-random Krea-2 (the proxy needs ComfyUI)"
     print_table(rows, where)
     print_checks(rows)
     return rows

@@ -3,7 +3,9 @@
 Test tiers (see README, "Development"), reported one line each at the end of a run:
 - core: real torch + diffusers + cache-dit, no ComfyUI;
 - comfyui: the real ComfyUI server on the CPU (skipped when no ComfyUI is found);
-- browser: headless Chromium against that server (skipped without Chromium/Node).
+- browser: headless Chromium against that server (skipped without Chromium/Node);
+- proxy: the small trained Krea-2 (tests/krea2_proxy.py) through that server: caching where it
+  matters (threshold decisions, quality cost).
 A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it
 uses ComfyUI, else "core"; a new tier needs nothing but the marker.
 
@@ -27,7 +29,7 @@ from comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pac
 
 load_pack()
 
-BASE_TIERS = ("core", "comfyui", "browser")
+BASE_TIERS = ("core", "comfyui", "browser", "proxy")
 
 
 def pytest_configure(config):
@@ -175,6 +177,29 @@ def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
     save_native_checkpoint(base / "models" / "diffusion_models" / "krea2_tiny.safetensors", tiny_shape, seed=0)
     # A real non-Krea model, for the "unsupported model" checks (made before the server lists its files).
     make_tiny_wan(comfy_root, base / "models" / "diffusion_models" / "tiny_wan.safetensors")
+    server = ComfyServer(comfy_root, base).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def proxy(comfy_root):
+    """The small trained Krea-2 (built into its cache first when the cache has none)."""
+    from krea2_proxy import ensure_proxy
+
+    return ensure_proxy(comfy_root)
+
+
+@pytest.fixture(scope="session")
+def proxy_server(comfy_root, tmp_path_factory, proxy):
+    """A real ComfyUI server with the proxy and seeded-random weights of the proxy's shape installed."""
+    from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL
+    from krea2_synthetic import Krea2Shape, save_native_checkpoint
+
+    base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_proxy_base"))
+    models = base / "models" / "diffusion_models"
+    (models / PROXY_MODEL).symlink_to(proxy.checkpoint)
+    save_native_checkpoint(models / PROXY_RANDOM_MODEL, Krea2Shape(**proxy.settings.shape_kwargs()), seed=0)
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()

@@ -15,6 +15,11 @@ Comfy-Org files are replaced:
 
 Used by tests/test_example_workflows.py (every example) and tests/test_manager_install.py
 (the Turbo template of the pack as ComfyUI-Manager installed it).
+
+``example_prompt_on_proxy`` runs an example on the small trained Krea-2 proxy instead
+(tests/krea2_proxy.py): its checkpoint, one of its classes as the prompt, its latent decoder
+(``Krea2TestProxyDecode``) in place of the VAE, at its 128x128, so the cache really caches and
+the compared images differ by what caching cost.
 """
 
 from __future__ import annotations
@@ -82,6 +87,34 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
         elif kind == "SaveImage":
             inputs["filename_prefix"] = f"{prefix}_{node_id}"
     for node_id in encoders:
+        del prompt[node_id]
+    dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
+                if isinstance(value, list) and value[0] not in prompt]
+    assert not dangling, f"inputs still wired to removed nodes: {dangling}"
+    return prompt
+
+
+def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str) -> dict:
+    """The API prompt of an example workflow on the proxy (see the module docstring)."""
+    from krea2_prompts import PROXY_MODEL, PROXY_SIZE
+    from krea2_proxy import SETTINGS, class_seed
+
+    prompt = to_api_prompt(workflow, object_info)
+    removed = [n for n, node in prompt.items() if node["class_type"] in ("CLIPLoader", "VAELoader")]
+    for node_id, node in prompt.items():
+        kind, inputs = node["class_type"], node["inputs"]
+        if kind == "UNETLoader":
+            inputs["unet_name"] = PROXY_MODEL
+        elif kind == "CLIPTextEncode":
+            conditioning = {"seed": class_seed(label), "tokens": SETTINGS.tokens, "features": SETTINGS.context_features}
+            prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
+        elif kind == "VAEDecode":
+            prompt[node_id] = {"class_type": "Krea2TestProxyDecode", "inputs": {"samples": inputs["samples"]}}
+        elif kind == "EmptyLatentImage":
+            inputs.update(width=PROXY_SIZE, height=PROXY_SIZE)
+        elif kind == "SaveImage":
+            inputs["filename_prefix"] = f"{prefix}_{node_id}"
+    for node_id in removed:
         del prompt[node_id]
     dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
                 if isinstance(value, list) and value[0] not in prompt]

@@ -84,3 +84,22 @@ def guided_prompt(guider: dict, *, steps=8, sampler="euler", cache: dict | None 
         "latent_image": ["4", 0]}}
     prompt["7"]["inputs"]["samples"] = ["13", 0]
     return prompt
+
+
+PROXY_MODEL = "krea2_proxy.safetensors"                # the small trained Krea-2 (tests/krea2_proxy.py)
+PROXY_RANDOM_MODEL = "krea2_proxy_random.safetensors"  # seeded-random weights of the proxy's shape
+PROXY_SIZE = 128
+
+
+def proxy_prompt(*, label: int, cfg=1.0, steps=8, cache: dict | None = None, seed=0, batch=1,
+                 model=PROXY_MODEL, prefix="krea2_proxy", nonce: int | None = None) -> dict:
+    """``krea2_prompt`` for the proxy: class ``label``'s conditioning as the positive prompt, that
+    conditioning zeroed (``ConditioningZeroOut``, what the proxy learned as "no prompt") as the
+    negative, 128x128. Node ids as in ``krea2_prompt``; "3" is the ConditioningZeroOut."""
+    from krea2_proxy import SETTINGS, class_seed
+
+    prompt = krea2_prompt(cfg=cfg, steps=steps, cache=cache, seed=seed, size=PROXY_SIZE, batch=batch, model=model,
+                          pos_tokens=SETTINGS.tokens, prefix=prefix, nonce=nonce)
+    prompt["2"]["inputs"].update(seed=class_seed(label), features=SETTINGS.context_features)
+    prompt["3"] = {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["2", 0]}}
+    return prompt

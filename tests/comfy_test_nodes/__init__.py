@@ -10,11 +10,14 @@
   device key on the CPU, so the sampler runs cond and uncond in its thread pool on two copies;
 - ``Krea2TestAttentionProbe``: real attention patches (``attn1_patch``, ``attn1_output_patch``)
   that record the block index and block count each block reports, and can scale one block's
-  attention output, as patches that act on chosen blocks do.
+  attention output, as patches that act on chosen blocks do;
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
   them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
   Cache-DiT node does not know;
-- ``Krea2TestNonFinitePixels``: an IMAGE with some pixels set to NaN (a broken decode).
+- ``Krea2TestNonFinitePixels``: an IMAGE with some pixels set to NaN (a broken decode);
+- ``Krea2TestProxyDecode``: the latent decoder of the small trained Krea-2 proxy
+  (tests/krea2_proxy.py), LATENT -> IMAGE, so images, the compare node and the compare
+  template run on it without a VAE.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -25,6 +28,10 @@ Its optional ``nonce`` changes nothing in the output, only ComfyUI's cache key:
 a prompt with a new nonce samples again even when an identical graph ran before
 (ComfyUI would otherwise serve the sampler's output from its cache).
 """
+
+import importlib.util
+import sys
+from pathlib import Path
 
 import torch
 from server import PromptServer
@@ -207,10 +214,44 @@ class Krea2TestNonFinitePixels:
         return (spoilt,)
 
 
+def _proxy_module():
+    """tests/krea2_proxy.py, imported by path (the server does not have tests/ on its path)."""
+    name = "krea2_cachedit_test_proxy"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "krea2_proxy.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+class Krea2TestProxyDecode:
+    """The proxy's linear latent codec, decoding; ``codec_path`` empty = the cached proxy build's."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "decode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"samples": ("LATENT",)},
+                "optional": {"codec_path": ("STRING", {"default": ""})}}
+
+    def decode(self, samples, codec_path=""):
+        proxy = _proxy_module()
+        path = Path(codec_path) if codec_path else proxy.cache_dir() / proxy.CODEC_NAME
+        if not path.is_file():
+            raise FileNotFoundError(f"Krea2TestProxyDecode: no proxy codec at {path}; build the proxy first "
+                                    f"(python3 dev.py test does, or: python tests/krea2_proxy.py build)")
+        images = proxy.PatchCodec.load(path).decode_comfy(samples["samples"])
+        return (images.permute(0, 2, 3, 1).contiguous(),)
+
+
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
                        "Krea2TestMultiGPU": Krea2TestMultiGPU,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
-                       "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels}
+                       "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
+                       "Krea2TestProxyDecode": Krea2TestProxyDecode}
 
 register_measurement_routes(PromptServer.instance.routes)

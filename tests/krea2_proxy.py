@@ -1,0 +1,500 @@
+"""A small trained Krea-2 ("the proxy"): a model whose caching behaviour means something.
+
+Seeded-random weights change a lot between steps, so threshold caching never triggers on them
+and their images carry no content to lose. The proxy is ComfyUI's own Krea-2 (``SingleStreamDiT``
+at a small size) trained with rectified flow, in ComfyUI's convention, on procedural images:
+
+- the data set: 128x128 images of one shape (disc, square, triangle, cross) at a random place and
+  size, in one of two colour schemes (warm or cool hues), on a grey gradient background. A class is
+  (shape, scheme): 8 classes. A class's conditioning is one fixed seeded tensor, the one the test
+  node ``Krea2TestConditioning`` makes with ``seed = class_seed(k)``; 10% of training samples get
+  zero conditioning (what ``ConditioningZeroOut`` gives), so classifier-free guidance works;
+- the latent codec: a fixed linear map of 8x8x3 pixel patches to 16 channels (PCA of the data
+  set's patches, each component scaled to unit variance), so 128x128 pixels are 16x16 latents like
+  Krea-2's VAE. ComfyUI keeps Krea-2 latents in the Wan 2.1 latent space: ``decode_comfy`` undoes
+  that scaling first;
+- training: ``x_t = sigma * noise + (1 - sigma) * x0``, target ``noise - x0``, timestep = sigma,
+  with sigma drawn the way the ``simple`` schedule with Krea-2's shift 1.15 spreads it;
+  adaLN-zero initialisation (every block starts as the identity).
+
+This is dynamics, not Krea-2 quality: figures measured on it say how caching behaves on a model
+that has learned something, never what real Krea-2 images lose.
+
+``python krea2_proxy.py build`` (with ComfyUI's interpreter) trains it; ``ensure_proxy()`` returns
+the cached build, training it first when the cache is empty. The cache lives outside the
+repository (``KREA2_PROXY_CACHE`` or ``~/.cache/krea2-cachedit``), in a folder named by the hash
+of this file, so any change to the generator builds a new proxy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve()
+CACHE_ENV = "KREA2_PROXY_CACHE"
+CHECKPOINT_NAME = "krea2_proxy.safetensors"
+CODEC_NAME = "krea2_proxy_codec.safetensors"
+BUILD_INFO_NAME = "build.json"
+
+SHAPES = ("disc", "square", "triangle", "cross")
+SCHEMES = ("warm", "cool")
+CLASSES = [f"{scheme} {shape}" for scheme in SCHEMES for shape in SHAPES]
+CLASS_SEED_BASE = 1000  # class k's conditioning: Krea2TestConditioning(seed=CLASS_SEED_BASE + k)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxySettings:
+    # The model: ComfyUI's head size is fixed at 128, so width 256 means 2 heads.
+    features: int = 256
+    layers: int = 8
+    heads: int = 2
+    kvheads: int = 1
+    txtdim: int = 40
+    txtlayers: int = 3
+    tokens: int = 8
+    # The images and the codec.
+    image_size: int = 128
+    codec_patch: int = 8
+    channels: int = 16
+    codec_images: int = 512
+    # Training.
+    seed: int = 0
+    iterations: int = 400
+    batch: int = 16
+    lr: float = 1e-3
+    lr_final: float = 5e-5
+    warmup: int = 30
+    dropout: float = 0.1
+    shift: float = 1.15
+    threads: int = 1  # one thread: the same weights on any machine, and no stalls on a busy CPU
+
+    @property
+    def context_features(self) -> int:
+        return self.txtlayers * self.txtdim
+
+    @property
+    def latent_size(self) -> int:
+        return self.image_size // self.codec_patch
+
+    def shape_kwargs(self) -> dict:
+        """The architecture as ``krea2_synthetic.Krea2Shape`` arguments (for random weights of this shape)."""
+        return dict(features=self.features, layers=self.layers, heads=self.heads, kvheads=self.kvheads,
+                    txtdim=self.txtdim, txtlayers=self.txtlayers, channels=self.channels)
+
+
+SETTINGS = ProxySettings()
+
+
+def class_seed(k: int) -> int:
+    return CLASS_SEED_BASE + k
+
+
+def class_conditioning(k: int, settings: ProxySettings = SETTINGS) -> torch.Tensor:
+    """Class ``k``'s conditioning, exactly as ``Krea2TestConditioning(seed=class_seed(k))`` makes it."""
+    generator = torch.Generator().manual_seed(class_seed(k))
+    return torch.randn((1, settings.tokens, settings.context_features), generator=generator)
+
+
+# --- the data set --------------------------------------------------------------------------------
+
+def _hsv_to_rgb(h: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """(B,) hue in [0, 1), saturation, value -> (B, 3) RGB."""
+    k = torch.stack([(5 + h * 6) % 6, (3 + h * 6) % 6, (1 + h * 6) % 6], dim=1)
+    return v[:, None] - v[:, None] * s[:, None] * torch.clamp(torch.minimum(k, 4 - k), 0, 1)
+
+
+def _signed_distance(shape: int, dx: torch.Tensor, dy: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Approximate signed distance (pixels, negative inside) of each pixel to a shape of radius r."""
+    if SHAPES[shape] == "disc":
+        return torch.sqrt(dx * dx + dy * dy) - r
+    if SHAPES[shape] == "square":
+        return torch.maximum(dx.abs(), dy.abs()) - 0.85 * r
+    if SHAPES[shape] == "triangle":  # apex up: the two slanted edges and the base as half-planes
+        half_height = 0.9 * r
+        edge = (dx.abs() * 2 * half_height - r * (dy + half_height)) / torch.sqrt(4 * half_height ** 2 + r ** 2)
+        return torch.maximum(edge, dy - half_height)
+    arm = r / 3  # cross: two bars
+    horizontal = torch.maximum(dx.abs() - r, dy.abs() - arm)
+    vertical = torch.maximum(dx.abs() - arm, dy.abs() - r)
+    return torch.minimum(horizontal, vertical)
+
+
+def sample_images(labels: torch.Tensor, generator: torch.Generator, size: int = SETTINGS.image_size) -> torch.Tensor:
+    """Images (B, 3, size, size) in [0, 1] of the given classes, drawn from ``generator``."""
+    b = labels.shape[0]
+    u = torch.rand((b, 12), generator=generator)
+    coords = torch.arange(size, dtype=torch.float32) + 0.5
+    ys, xs = coords[:, None], coords[None, :]
+    # Background: a grey gradient in a random direction between two random levels.
+    angle = u[:, 0] * 2 * math.pi
+    ramp = ((xs - size / 2) * torch.cos(angle)[:, None, None] + (ys - size / 2) * torch.sin(angle)[:, None, None]) / size + 0.5
+    low, high = 0.15 + 0.35 * u[:, 1], 0.5 + 0.35 * u[:, 2]
+    background = (low[:, None, None] + (high - low)[:, None, None] * ramp.clamp(0, 1))[:, None].expand(b, 3, size, size)
+    # The object: size, place (fully inside), hue by scheme.
+    r = size * (0.17 + 0.1 * u[:, 3])
+    cx = r + 4 + (size - 2 * r - 8) * u[:, 4]
+    cy = r + 4 + (size - 2 * r - 8) * u[:, 5]
+    schemes = labels // len(SHAPES)
+    hue = torch.where(schemes == 0, 0.0 + 0.1 * u[:, 6], 0.53 + 0.12 * u[:, 6])
+    colour = _hsv_to_rgb(hue, 0.75 + 0.25 * u[:, 7], 0.75 + 0.25 * u[:, 8])
+    dx, dy = xs - cx[:, None, None], ys - cy[:, None, None]
+    radius = r[:, None, None]
+    distance = torch.stack([_signed_distance(k, dx, dy, radius) for k in range(len(SHAPES))], dim=1)
+    distance = distance.gather(1, (labels % len(SHAPES))[:, None, None, None].expand(b, 1, size, size))
+    mask = (0.5 - distance).clamp(0, 1)  # one pixel of anti-aliased edge
+    images = background * (1 - mask) + colour[:, :, None, None] * mask
+    return images
+
+
+def dataset(count: int, seed: int, size: int = SETTINGS.image_size) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` labelled images, balanced over the classes, from ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.arange(count) % len(CLASSES)
+    return sample_images(labels, generator, size), labels
+
+
+# --- the latent codec ------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PatchCodec:
+    """Linear 8x8x3-patch codec: ``latent = (patch - mean) @ basis / scale`` per patch."""
+
+    mean: torch.Tensor    # (P,)   P = 3 * patch * patch
+    basis: torch.Tensor   # (P, C)
+    scale: torch.Tensor   # (C,)
+    patch: int
+    comfy_mean: torch.Tensor | None = None  # (C,) ComfyUI's latent format for Krea-2 (Wan 2.1)
+    comfy_std: torch.Tensor | None = None
+
+    @classmethod
+    def fit(cls, images: torch.Tensor, channels: int, patch: int) -> "PatchCodec":
+        patches = _to_patches(images.double(), patch).reshape(-1, 3 * patch * patch)
+        mean = patches.mean(0)
+        covariance = (patches - mean).T @ (patches - mean) / patches.shape[0]
+        values, vectors = torch.linalg.eigh(covariance)
+        order = torch.argsort(values, descending=True)[:channels]
+        basis = vectors[:, order]
+        basis = basis * torch.sign(basis.sum(0, keepdim=True) + 1e-12)  # a fixed sign per component
+        return cls(mean.float(), basis.float(), values[order].sqrt().float(), patch)
+
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) in [0, 1] -> (B, C, H/patch, W/patch), unit variance per channel."""
+        patches = _to_patches(images.float(), self.patch)  # (B, h, w, P)
+        latent = (patches - self.mean) @ self.basis / self.scale
+        return latent.permute(0, 3, 1, 2).contiguous()
+
+    def decode(self, latent: torch.Tensor) -> torch.Tensor:
+        """(B, C, h, w) -> (B, 3, h*patch, w*patch), clamped to [0, 1]."""
+        latent = latent.float().permute(0, 2, 3, 1)
+        patches = (latent * self.scale) @ self.basis.T + self.mean
+        b, h, w, _ = patches.shape
+        p = self.patch
+        images = patches.reshape(b, h, w, 3, p, p).permute(0, 3, 1, 4, 2, 5).reshape(b, 3, h * p, w * p)
+        return images.clamp(0, 1)
+
+    def decode_comfy(self, samples: torch.Tensor) -> torch.Tensor:
+        """Decode a ComfyUI Krea-2 LATENT: the sampler returns latents in the Wan 2.1 latent space
+        (``comfy.latent_formats.Wan21.process_out``); its per-channel mean and std, stored with the
+        codec at build time, take them back to the model's space first."""
+        if samples.ndim == 5:  # (B, C, T, H, W) with T = 1
+            samples = samples[:, :, 0]
+        model_space = (samples.float() - self.comfy_mean[:, None, None]) / self.comfy_std[:, None, None]
+        return self.decode(model_space)
+
+    def tensors(self) -> dict:
+        return {"mean": self.mean, "basis": self.basis, "scale": self.scale, "patch": torch.tensor(self.patch),
+                "comfy_mean": self.comfy_mean, "comfy_std": self.comfy_std}
+
+    @classmethod
+    def from_tensors(cls, tensors: dict) -> "PatchCodec":
+        return cls(tensors["mean"], tensors["basis"], tensors["scale"], int(tensors["patch"]),
+                   tensors["comfy_mean"], tensors["comfy_std"])
+
+    @classmethod
+    def load(cls, path) -> "PatchCodec":
+        from safetensors.torch import load_file
+
+        return cls.from_tensors(load_file(str(path)))
+
+
+def _to_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
+    b, c, h, w = images.shape
+    return images.reshape(b, c, h // patch, patch, w // patch, patch).permute(0, 2, 4, 1, 3, 5).reshape(
+        b, h // patch, w // patch, c * patch * patch)
+
+
+# --- a simple classifier of the data set's images ---------------------------------------------------
+
+def image_features(images: torch.Tensor) -> torch.Tensor:
+    """Per image: fill of its bounding box, centroid height in it, fill of the box's top and bottom
+    corners, and warm-vs-cool hue, of the saturated (object) pixels. (B, 5); NaN-free."""
+    saturation = images.amax(1) - images.amin(1)
+    mask = (saturation > 0.3).float()                                   # (B, H, W)
+    b, h, w = mask.shape
+    ys = torch.arange(h, dtype=torch.float32)[None, :, None].expand(b, h, w)
+    xs = torch.arange(w, dtype=torch.float32)[None, None, :].expand(b, h, w)
+    features = []
+    for i in range(b):
+        m = mask[i] > 0
+        if m.sum() < 16:
+            features.append(torch.zeros(5))
+            continue
+        y, x = ys[i][m], xs[i][m]
+        y0, y1 = torch.quantile(y, 0.01), torch.quantile(y, 0.99) + 1
+        x0, x1 = torch.quantile(x, 0.01), torch.quantile(x, 0.99) + 1
+        box = mask[i, int(y0):int(y1), int(x0):int(x1)]
+        bh, bw = box.shape
+        fill = box.mean()
+        centroid = (y.mean() - y0) / max(float(y1 - y0), 1.0)
+        top = box[: bh // 3, : bw // 3].mean() / 2 + box[: bh // 3, -(bw // 3):].mean() / 2 if bh >= 3 and bw >= 3 else fill
+        bottom = box[-(bh // 3):, : bw // 3].mean() / 2 + box[-(bh // 3):, -(bw // 3):].mean() / 2 if bh >= 3 and bw >= 3 else fill
+        warm = (images[i, 0][m] - images[i, 2][m]).mean()
+        features.append(torch.stack([fill, centroid, top, bottom, warm]).float())
+    return torch.nan_to_num(torch.stack(features))
+
+
+@dataclasses.dataclass
+class NearestCentroid:
+    centroids: torch.Tensor  # (classes, features), standardised
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    @classmethod
+    def fit(cls, images: torch.Tensor, labels: torch.Tensor) -> "NearestCentroid":
+        features = image_features(images)
+        mean, std = features.mean(0), features.std(0) + 1e-6
+        z = (features - mean) / std
+        centroids = torch.stack([z[labels == k].mean(0) for k in range(len(CLASSES))])
+        return cls(centroids, mean, std)
+
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        z = (image_features(images) - self.mean) / self.std
+        return torch.cdist(z, self.centroids).argmin(1)
+
+
+def fitted_classifier(seed: int = 7, count: int = 400) -> NearestCentroid:
+    images, labels = dataset(count, seed)
+    return NearestCentroid.fit(images, labels)
+
+
+# --- the model and its training ----------------------------------------------------------------------
+
+def generator_hash(settings: ProxySettings = SETTINGS) -> str:
+    digest = hashlib.sha256(HERE.read_bytes())
+    digest.update(json.dumps(dataclasses.asdict(settings), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir(settings: ProxySettings = SETTINGS) -> Path:
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "krea2-cachedit")
+    return root / f"proxy-{generator_hash(settings)}"
+
+
+def _import_comfy(comfy_root: Path):
+    """ComfyUI's model code, set up for training on the CPU: PyTorch attention, and ``in_training``
+    (its fused RoPE kernel has no backward)."""
+    sys.path.insert(0, str(comfy_root))
+    import comfy.options
+
+    comfy.options.enable_args_parsing(False)
+    import comfy.cli_args
+
+    comfy.cli_args.args.cpu = True
+    comfy.cli_args.args.use_pytorch_cross_attention = True
+    import comfy.model_management
+
+    comfy.model_management.in_training = True
+    import comfy.ldm.krea2.model
+
+    return comfy.ldm.krea2.model
+
+
+def build_model(krea2, settings: ProxySettings):
+    s = settings
+    model = krea2.SingleStreamDiT(features=s.features, heads=s.heads, kvheads=s.kvheads, layers=s.layers,
+                                  txtdim=s.txtdim, txtlayers=s.txtlayers, channels=s.channels, patch=2,
+                                  dtype=torch.float32, device="cpu", operations=torch.nn)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(".scale"):         # RMSNorm, stored zero-centred: identity
+                parameter.zero_()
+            elif name.endswith("mod.lin") or name.endswith("modulation.lin"):
+                parameter.zero_()
+        # adaLN-zero: every block's modulation (shift, scale and gate) starts at zero, so each block
+        # starts as the identity and the output layer at zero; gradients open the gates.
+        model.tproj[1].weight.zero_()
+        model.tproj[1].bias.zero_()
+        model.last.linear.weight.zero_()
+        model.last.linear.bias.zero_()
+    return model
+
+
+def training_sigmas(batch: int, shift: float, generator: torch.Generator) -> torch.Tensor:
+    """Sigmas spread as ComfyUI's ``simple`` schedule visits them with Krea-2's time shift."""
+    t = torch.rand(batch, generator=generator).clamp_min(1e-3)
+    return shift * t / (1 + (shift - 1) * t)
+
+
+def train(comfy_root: Path, out_dir: Path, settings: ProxySettings = SETTINGS, progress: bool = True) -> dict:
+    from safetensors.torch import save_file
+    from tqdm import tqdm
+
+    s = settings
+    krea2 = _import_comfy(comfy_root)
+    torch.set_num_threads(s.threads)
+    torch.manual_seed(s.seed)
+    started, cpu_started = time.perf_counter(), time.process_time()
+
+    codec_images, _ = dataset(s.codec_images, seed=s.seed + 1)
+    codec = PatchCodec.fit(codec_images, s.channels, s.codec_patch)
+    from comfy.latent_formats import Wan21
+
+    codec.comfy_mean, codec.comfy_std = Wan21().latents_mean.flatten().float(), Wan21().latents_std.flatten().float()
+    model = build_model(krea2, s).train()
+    conditions = torch.cat([class_conditioning(k, s) for k in range(len(CLASSES))])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s.lr, betas=(0.9, 0.99), weight_decay=0.0)
+
+    def lr_at(i):
+        if i < s.warmup:
+            return s.lr * (i + 1) / s.warmup
+        progress_ = (i - s.warmup) / max(1, s.iterations - s.warmup)
+        return s.lr_final + (s.lr - s.lr_final) * 0.5 * (1 + math.cos(math.pi * progress_))
+
+    data = torch.Generator().manual_seed(s.seed + 2)
+    losses = []
+    bar = tqdm(range(s.iterations), desc="Training the Krea-2 proxy", unit="it", disable=not progress,
+               mininterval=2.0, file=sys.stderr)
+    for i in bar:
+        labels = torch.randint(0, len(CLASSES), (s.batch,), generator=data)
+        x0 = codec.encode(sample_images(labels, data, s.image_size))
+        noise = torch.randn(x0.shape, generator=data)
+        sigma = training_sigmas(s.batch, s.shift, data)
+        keep = (torch.rand(s.batch, generator=data) >= s.dropout).float()[:, None, None]
+        context = conditions[labels] * keep
+        x_t = sigma[:, None, None, None] * noise + (1 - sigma[:, None, None, None]) * x0
+        prediction = model(x_t, sigma, context)
+        loss = torch.nn.functional.mse_loss(prediction, noise - x0)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(i)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if i % 10 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.4f}")
+    bar.close()
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(out_dir / CHECKPOINT_NAME))
+    save_file(codec.tensors(), str(out_dir / CODEC_NAME))
+    info = {"generator_hash": generator_hash(s), "settings": dataclasses.asdict(s),
+            "wall_s": round(time.perf_counter() - started, 1), "cpu_s": round(time.process_time() - cpu_started, 1),
+            "final_loss": sum(losses[-50:]) / len(losses[-50:]), "first_loss": sum(losses[:10]) / 10,
+            "weights_sha256": hashlib.sha256((out_dir / CHECKPOINT_NAME).read_bytes()).hexdigest(),
+            "torch": torch.__version__}
+    (out_dir / BUILD_INFO_NAME).write_text(json.dumps(info, indent=2))
+    return info
+
+
+# --- the cached build ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Proxy:
+    checkpoint: Path
+    codec: PatchCodec
+    info: dict
+    settings: ProxySettings = SETTINGS
+
+    def decode(self, samples: torch.Tensor) -> torch.Tensor:
+        """A ComfyUI LATENT's samples -> images (B, 3, H, W) in [0, 1]."""
+        return self.codec.decode_comfy(samples)
+
+
+# Rough cost of a build, for the message before one starts (measured on a quiet 2-core machine).
+EXPECTED_BUILD_MINUTES = 8
+
+
+def is_built(settings: ProxySettings = SETTINGS) -> bool:
+    return (cache_dir(settings) / BUILD_INFO_NAME).is_file()
+
+
+def ensure_proxy(comfy_root: Path | None = None, settings: ProxySettings = SETTINGS, quiet: bool = False) -> Proxy:
+    """The proxy: its checkpoint path (ComfyUI's native format), codec and build record; trained
+    first (in ComfyUI's interpreter, with a progress bar) when the cache has no build of this
+    generator."""
+    folder = cache_dir(settings)
+    if not is_built(settings):
+        if comfy_root is None:
+            from comfy_harness import find_comfyui
+
+            comfy_root = find_comfyui()
+        if comfy_root is None:
+            raise RuntimeError("building the Krea-2 proxy needs ComfyUI's model code: no ComfyUI found "
+                               "(set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI)")
+        if not quiet:
+            print(f"Training a small Krea-2 proxy once (about {EXPECTED_BUILD_MINUTES} minutes on 2 CPU cores); "
+                  f"it is cached in {folder}", flush=True)
+        from comfy_harness import comfyui_python
+
+        subprocess.run([comfyui_python(comfy_root), str(HERE), "build", "--comfyui", str(comfy_root)], check=True)
+    info = json.loads((folder / BUILD_INFO_NAME).read_text())
+    return Proxy(folder / CHECKPOINT_NAME, PatchCodec.load(folder / CODEC_NAME), info, settings)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build the Krea-2 proxy into its cache folder.")
+    parser.add_argument("command", choices=["build", "ensure", "path"],
+                        help="build: train into the cache (or --out); ensure: build only when the cache has none; "
+                             "path: print the cache folder")
+    parser.add_argument("--comfyui", type=Path, help="the ComfyUI checkout whose model code trains it")
+    parser.add_argument("--out", type=Path, help="build here instead of the cache folder")
+    parser.add_argument("--iterations", type=int, help="override (a build for measuring only)")
+    args = parser.parse_args(argv)
+    if args.command == "path":
+        print(cache_dir())
+        return 0
+    sys.path.insert(0, str(HERE.parent))
+    if args.command == "ensure":
+        proxy = ensure_proxy(args.comfyui)
+        print(f"Krea-2 proxy: {proxy.checkpoint} (built in {proxy.info['wall_s']} s wall, "
+              f"{proxy.info['cpu_s']} s CPU)", flush=True)
+        return 0
+    from comfy_harness import find_comfyui
+
+    comfy_root = args.comfyui or find_comfyui()
+    settings = SETTINGS if args.iterations is None else dataclasses.replace(SETTINGS, iterations=args.iterations)
+    if args.out is None and settings != SETTINGS:
+        raise SystemExit("--iterations needs --out: the cache holds only builds of the generator's own settings")
+    out = args.out or cache_dir(SETTINGS)
+    # Into the cache through a private folder, renamed when complete: an interrupted build leaves
+    # no half-written proxy behind, and of two builds at once the first to finish is kept.
+    work = out if args.out else out.with_name(f"{out.name}.partial-{os.getpid()}")
+    info = train(comfy_root, work, settings)
+    if work != out:
+        try:
+            work.rename(out)
+        except OSError:  # another build finished first: the same weights (deterministic), keep those
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"Krea-2 proxy built in {out}: {info['wall_s']} s wall, {info['cpu_s']} s CPU, "
+          f"loss {info['first_loss']:.3f} -> {info['final_loss']:.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

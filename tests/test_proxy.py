@@ -1,0 +1,199 @@
+"""Caching where it matters, on the small trained Krea-2 (tests/krea2_proxy.py) in the real server.
+
+Seeded-random weights change too much between steps for the default threshold to cache anything;
+the proxy has learned its data set, so the node's defaults cache there, the threshold trades
+steps for error, and the error is measured on decoded images against the uncached ones. A small
+model on procedural images: these are dynamics, not Krea-2 quality.
+
+Turbo-like runs are 8 steps at CFG 1, Raw-like runs 52 steps at CFG 3.5 (cond and uncond batched).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from comfy_harness import prompt_error
+from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, proxy_prompt
+
+pytestmark = pytest.mark.tier("proxy")
+
+TURBO = dict(steps=8, cfg=1.0)
+RAW = dict(steps=52, cfg=3.5)
+CLASSES = 8
+# The classifier's score on the proxy's uncached Raw-like samples (measured, see the README).
+TRAINED_ACCURACY = 0.9
+
+
+def mae_255(image, reference) -> float:
+    return float((image - reference).abs().mean() * 255)
+
+
+def psnr_db(image, reference) -> float:
+    mse = float((image - reference).square().mean())
+    return 10 * math.log10(1 / mse) if mse > 0 else math.inf
+
+
+def sample(server, proxy, *, label=0, seed=0, cache=None, batch=1, model=PROXY_MODEL, **recipe):
+    """Decoded images (B, 3, 128, 128) of one prompt, and its stats record (None without the node)."""
+    prompt = proxy_prompt(label=label, seed=seed, cache=cache, batch=batch, model=model, **recipe)
+    if cache is None:
+        entry, record = server.run(prompt), None
+        assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
+    else:
+        entry, [record] = server.run_with_stats(prompt)
+    return proxy.decode(server.saved_latent(entry, "7")), record
+
+
+def test_the_proxy_is_a_native_krea2_checkpoint(proxy):
+    from safetensors import safe_open
+
+    from krea2_synthetic import Krea2Shape, native_shapes
+
+    with safe_open(str(proxy.checkpoint), "pt") as checkpoint:
+        shapes = {name: tuple(checkpoint.get_slice(name).get_shape()) for name in checkpoint.keys()}
+    assert shapes == native_shapes(Krea2Shape(**proxy.settings.shape_kwargs()))
+
+
+def predictions(server, proxy, model: str, recipe: dict, per_class: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The classifier's labels for decoded uncached samples of every class, and the true labels."""
+    from krea2_proxy import fitted_classifier
+
+    classifier = fitted_classifier()
+    predicted, labels = [], []
+    for label in range(CLASSES):
+        images, _ = sample(server, proxy, label=label, seed=500 + label, batch=per_class, model=model, **recipe)
+        predicted.append(classifier.predict(images))
+        labels.append(torch.full((per_class,), label))
+    return torch.cat(predicted), torch.cat(labels)
+
+
+@pytest.fixture(scope="module")
+def classified(proxy_server, proxy):
+    """Raw-like uncached samples of the proxy and of seeded-random weights of its shape, classified."""
+    return {"trained": predictions(proxy_server, proxy, PROXY_MODEL, RAW, per_class=2),
+            "random": predictions(proxy_server, proxy, PROXY_RANDOM_MODEL, RAW, per_class=1)}
+
+
+def share(hits: torch.Tensor) -> float:
+    return float(hits.float().mean())
+
+
+def test_the_classifier_reads_the_data_set():
+    from krea2_proxy import dataset, fitted_classifier
+
+    images, labels = dataset(64, seed=99)
+    assert share(fitted_classifier().predict(images) == labels) == 1.0
+
+
+def test_uncached_samples_have_their_colour_scheme(classified):
+    """The scheme (warm or cool object) of each class, read back from the decoded image; random weights
+    of the same shape are near chance (one in two)."""
+    schemes = {name: share(predicted // 4 == labels // 4) for name, (predicted, labels) in classified.items()}
+    assert schemes["trained"] >= 0.9 and schemes["random"] <= 0.75, schemes
+
+
+@pytest.mark.xfail(strict=True, reason="the 400-iteration proxy draws its class's colour on a blob of about "
+                   "the right size, not yet its shape (classifier: about 20% of samples, chance 12.5%)")
+def test_uncached_samples_are_recognisably_their_class(classified):
+    """Shape and scheme: the class, read back by a classifier fitted on the data set."""
+    predicted, labels = classified["trained"]
+    assert share(predicted == labels) >= 0.9, (predicted, labels)
+
+
+def cached_count(record: dict) -> int:
+    return len(record["cached_steps"])
+
+
+# What the node's defaults (sglang's settings) cache on the proxy: measured 3 of 8 (Turbo-like) and
+# 35-36 of 52 (Raw-like) steps, see the README; random weights of its shape cache none.
+DEFAULTS_CACHE_AT_LEAST = {"turbo": 2, "raw": 30}
+
+
+@pytest.mark.parametrize("name,recipe", [("turbo", TURBO), ("raw", RAW)], ids=["turbo", "raw"])
+def test_the_defaults_cache_steps_on_a_trained_model(proxy_server, proxy, name, recipe):
+    """sglang's settings cache on a model that has learned (random weights of its shape: nothing), at a
+    small cost in the decoded image."""
+    for label in (1,):
+        reference, _ = sample(proxy_server, proxy, label=label, seed=40 + label, **recipe)
+        image, record = sample(proxy_server, proxy, label=label, seed=40 + label, cache={}, **recipe)
+        assert record["status"] == "ok" and record["cfg_mode"] == ("batched" if recipe["cfg"] > 1 else "none")
+        assert cached_count(record) >= DEFAULTS_CACHE_AT_LEAST[name], record["residual_diffs"]
+        assert 0 < mae_255(image, reference) < 10 and psnr_db(image, reference) > 25
+        _, random_record = sample(proxy_server, proxy, label=label, seed=40 + label, cache={},
+                                  model=PROXY_RANDOM_MODEL, **recipe)
+        assert cached_count(random_record) == 0, random_record["residual_diffs"]
+
+
+def test_the_error_grows_with_the_threshold(proxy_server, proxy):
+    """A higher threshold caches more steps and costs more: cached steps and MAE both grow."""
+    rows = []
+    for threshold in (0.06, 0.24, 0.48):
+        maes, counts = [], []
+        for label in (2, 7):
+            reference, _ = sample(proxy_server, proxy, label=label, seed=60 + label, **TURBO)
+            image, record = sample(proxy_server, proxy, label=label, seed=60 + label,
+                                   cache={"residual_diff_threshold": threshold, "max_continuous_cached_steps": -1},
+                                   **TURBO)
+            maes.append(mae_255(image, reference))
+            counts.append(cached_count(record))
+        rows.append((threshold, sum(counts), sum(maes) / len(maes)))
+    counts, maes = [r[1] for r in rows], [r[2] for r in rows]
+    assert counts == sorted(counts) and counts[-1] > counts[0], rows
+    assert maes == sorted(maes) and maes[-1] > 2 * maes[0], rows
+
+
+def test_a_suggested_threshold_caches_its_count_on_a_rerun(proxy_server, proxy):
+    """Suggestions from a run with caching off (its changes measured on every step) hold within one step."""
+    off = {"residual_diff_threshold": 0.0}
+    _, measured = sample(proxy_server, proxy, label=3, seed=71, cache=off, **TURBO)
+    suggestions = measured["threshold_suggestions"]
+    assert len(suggestions) >= 2, suggestions
+    for suggestion in suggestions:
+        _, rerun = sample(proxy_server, proxy, label=3, seed=71,
+                          cache={"residual_diff_threshold": suggestion["threshold"]}, **TURBO)
+        assert abs(cached_count(rerun) - len(suggestion["cached_steps"])) <= 1, (suggestion, rerun["cached_steps"])
+
+
+def test_taylorseer_at_equal_cached_steps(proxy_server, proxy):
+    """With a step mask both runs cache the same steps; TaylorSeer's forecast of the cached steps'
+    residual instead of reusing the last one changes the error. Measured on 8 steps with the fast mask
+    (cached steps 3, 5, 6): it lowers it, 4.6 -> 2.4/255."""
+    rows = {}
+    for taylorseer in (False, True):
+        maes, cached = [], []
+        for label in (0,):
+            reference, _ = sample(proxy_server, proxy, label=label, seed=90 + label, **TURBO)
+            image, record = sample(proxy_server, proxy, label=label, seed=90 + label,
+                                   cache={"steps_mask": "fast", "calibrator": "taylorseer" if taylorseer else "none"}, **TURBO)
+            maes.append(mae_255(image, reference))
+            cached.append(record["cached_steps"])
+        rows[taylorseer] = (cached, sum(maes) / len(maes))
+    assert rows[False][0] == rows[True][0] and rows[True][0][0], rows
+    assert rows[True][1] < rows[False][1] * 0.9, rows
+
+
+def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
+    """The shipped compare template, on the proxy with its decode node: the cached branch really caches,
+    and the compare node's MAE is that of the two images it shows."""
+    import json
+
+    import numpy as np
+    from example_stand_ins import example_prompt_on_proxy, saved_images
+    from krea2_prompts import PROXY_SIZE
+
+    from comfy_harness import REPO_ROOT
+
+    workflow = json.loads((REPO_ROOT / "example_workflows" / "krea2_turbo_compare.json").read_text())
+    prompt = example_prompt_on_proxy(workflow, proxy_server.get("/object_info"), label=5, prefix="proxy_compare")
+    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
+    entry, [record] = proxy_server.run_with_stats(prompt, node_id=cache_id)
+    assert cached_count(record) >= 1, record["residual_diffs"]
+    (compare_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"]
+    (metrics,) = entry["outputs"][compare_id]["metrics"]
+    saved = saved_images(proxy_server, prompt, entry)
+    by_source = {prompt[n]["inputs"]["images"][0]: np.asarray(png, dtype=np.float64) for n, png in saved.items()}
+    reference, candidate = (by_source[prompt[compare_id]["inputs"][k][0]] for k in ("reference", "candidate"))
+    assert reference.shape == (PROXY_SIZE, PROXY_SIZE, 3)
+    assert 0 < metrics["mae_255"] < 8 and abs(np.abs(reference - candidate).mean() - metrics["mae_255"]) < 1.0
