@@ -13,16 +13,15 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfy_harness import prompt_error
 from comfy_models import make_lora
 from krea2_gguf_files import dequantized_state_dict, write_krea2_gguf
 from krea2_prompts import TINY_MODEL, krea2_prompt
+from loader_prompts import LOADER_NODE, load_error, loader, relative_error, sample
 from krea2_synthetic import native_state_dict
 
 pytestmark = pytest.mark.comfyui
 
 TINY_SEED = 0  # the weights of conftest's krea2_tiny.safetensors
-LOADER_NODE = "Krea2DiffusersLoader"
 FILE_TYPES = ["F16", "Q8_0", "Q4_K"]
 # Relative error of a 4-step latent against the original fp32 weights, per file type: above the
 # type's own rounding (so the file really is quantized) and below what a wrong decode would give.
@@ -64,33 +63,12 @@ def models(comfy_server, tiny_shape):
     return root
 
 
-def loader(model_name: str, weight_dtype: str = "default") -> dict:
-    return {"class_type": LOADER_NODE, "inputs": {"model_name": model_name, "weight_dtype": weight_dtype}}
-
-
 def with_lora(prompt: dict) -> dict:
     prompt["8"] = {"class_type": "LoraLoaderModelOnly",
                    "inputs": {"model": ["1", 0], "lora_name": LORA, "strength_model": 1.0}}
     consumer = "5" if "5" in prompt else "6"
     prompt[consumer]["inputs"]["model"] = ["8", 0]
     return prompt
-
-
-def sample(server, prompt: dict) -> torch.Tensor:
-    entry = server.run(prompt)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return server.saved_latent(entry, "7")
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
-def run_error(server, model_name: str) -> str:
-    entry = server.run(krea2_prompt(steps=1, loader=loader(model_name), prefix="gguf_bad"))
-    error = prompt_error(entry)
-    assert error is not None, f"{model_name} loaded although it should not"
-    return error
 
 
 @pytest.fixture(scope="module")
@@ -165,13 +143,13 @@ def test_lora_and_cache_node_together(comfy_server, models):
 # --- bad input ---------------------------------------------------------------------------
 
 def test_gguf_of_another_architecture_is_refused(comfy_server, models):
-    error = run_error(comfy_server, FLUX_GGUF)
+    error = load_error(comfy_server, FLUX_GGUF, prefix="gguf_bad")
     assert f"{FLUX_GGUF} is a 'flux' GGUF, not a Krea-2 transformer" in error
     assert "'Unet Loader (GGUF)'" in error
 
 
 def test_truncated_gguf_is_refused(comfy_server, models):
-    error = run_error(comfy_server, TRUNCATED_GGUF)
+    error = load_error(comfy_server, TRUNCATED_GGUF, prefix="gguf_bad")
     assert TRUNCATED_GGUF in error and "not a readable GGUF file" in error and "truncated or corrupt" in error
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfy_harness import prompt_error
 from comfy_models import make_lora
 from krea2_prompts import TINY_MODEL, krea2_prompt
+from loader_prompts import LOADER_NODE, load_error, loader, relative_error, sample
 from krea2_synthetic import diffusers_transformer, native_state_dict
 
 pytestmark = pytest.mark.comfyui
@@ -25,7 +25,6 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 TINY_SEED = 0  # the seed conftest's krea2_tiny.safetensors was generated with
 EQUIVALENCE_TOLERANCE = 1e-4
-LOADER_NODE = "Krea2DiffusersLoader"
 
 NATIVE_PREFIXED = "krea2_tiny_prefixed.safetensors"
 DIFFUSERS_FILE = "krea2_tiny_diffusers.safetensors"
@@ -65,32 +64,11 @@ def models(comfy_server, tiny_shape):
     return root
 
 
-def loader(model_name: str, weight_dtype: str = "default") -> dict:
-    return {"class_type": LOADER_NODE, "inputs": {"model_name": model_name, "weight_dtype": weight_dtype}}
-
-
 def with_lora(prompt: dict, lora_name: str) -> dict:
     prompt["8"] = {"class_type": "LoraLoaderModelOnly",
                    "inputs": {"model": ["1", 0], "lora_name": lora_name, "strength_model": 1.0}}
     prompt["6"]["inputs"]["model"] = ["8", 0]
     return prompt
-
-
-def sample(server, prompt: dict) -> torch.Tensor:
-    entry = server.run(prompt)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return server.saved_latent(entry, "7")
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
-def run_error(server, model_name: str) -> str:
-    entry = server.run(krea2_prompt(steps=1, loader=loader(model_name), prefix="krea2_bad"))
-    error = prompt_error(entry)
-    assert error is not None, f"{model_name} loaded although it should not"
-    return error
 
 
 SAMPLING = {"steps": 4, "cfg": 2.0, "size": 48}
@@ -157,24 +135,24 @@ def test_lora_applies_like_on_the_native_model(comfy_server, native_latent, lora
 # --- bad input ---------------------------------------------------------------------------
 
 def test_quantized_file_points_to_load_diffusion_model(comfy_server, models):
-    error = run_error(comfy_server, FP8_FILE)
+    error = load_error(comfy_server, FP8_FILE, prefix="krea2_bad")
     assert FP8_FILE in error and "quantized" in error and "'Load Diffusion Model'" in error
 
 
 def test_file_of_another_model_is_refused(comfy_server, models):
-    error = run_error(comfy_server, FLUX_FILE)
+    error = load_error(comfy_server, FLUX_FILE, prefix="krea2_bad")
     assert error.startswith("ValueError: "), "the editor shows a plain type name, not the pack's folder path"
     assert f"{FLUX_FILE} is not a Krea-2 transformer checkpoint" in error
     assert "txtfusion.projector.weight" in error
 
 
 def test_truncated_file_is_refused(comfy_server, models):
-    error = run_error(comfy_server, TRUNCATED_FILE)
+    error = load_error(comfy_server, TRUNCATED_FILE, prefix="krea2_bad")
     assert TRUNCATED_FILE in error and "truncated or corrupt" in error
 
 
 def test_folder_of_another_model_is_refused(comfy_server, models):
-    error = run_error(comfy_server, FOREIGN_FOLDER)
+    error = load_error(comfy_server, FOREIGN_FOLDER, prefix="krea2_bad")
     assert "FluxTransformer2DModel, not a Krea-2 transformer (Krea2Transformer2DModel)" in error
     assert FOREIGN_FOLDER in error
 
