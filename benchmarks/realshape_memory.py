@@ -57,7 +57,7 @@ def main():
     finally:
         server.stop()
     base = rows["uncached (no node)"][0]
-    print(f"\nPeak RSS of the ComfyUI process, 1024x1024, width 6144, 2 blocks, 2 steps, CPU float32:")
+    print("\nPeak RSS of the ComfyUI process, 1024x1024, width 6144, 2 blocks, 2 steps, CPU float32:")
     print(f"{'case':<22}{'peak RSS':>12}{'over uncached':>15}{'RSS before':>12}{'wall s':>9}  status")
     for name, (peak, before, seconds, status) in rows.items():
         print(f"{name:<22}{peak / 2**20:>9.0f} MiB{(peak - base) / 2**20:>+11.0f} MiB{before / 2**20:>8.0f} MiB"
