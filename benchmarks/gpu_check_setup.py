@@ -91,6 +91,7 @@ CARRIED = {
 
 # ComfyUI requirements the check leaves out: the run does not need them.
 LEFT_OUT = {
+    "gguf": "this pack reads GGUF files with it, imported only when one is loaded; the check loads safetensors",
     "comfyui-frontend-package": "the editor; the server starts with --front-end-root (an empty folder) "
                                 "and serves its API alone",
     "comfyui-workflow-templates": "editor templates (ComfyUI logs that they are missing)",
