@@ -233,7 +233,7 @@ class CacheRun:
         # Cached only when cache-dit served it: it always runs the first Fn blocks itself.
         cached = served and 0 < self._blocks_counted < self.num_blocks
         if self.foreign_serves.observe(step, served, self._blocks_counted) and self.foreign_serves.calls == 1:
-            self._warnings.append(self.foreign_serves.warning())
+            self.warnings.append(self.foreign_serves.warning())
         if trace is not None:
             trace.finish(step, cached)
         self.timed_calls.append(TimedCall(key, served, cached, timer))
