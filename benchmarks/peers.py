@@ -6,7 +6,7 @@ Krea-2 proxy (tests/krea2_proxy.py) through the real ComfyUI server on the CPU w
 and with this pack's node, the same seeds and graphs in one run, Turbo-like (8 steps, CFG 1) and
 Raw-like (52 steps, CFG 3.5, cond and uncond batched):
 
-- uncached (the reference);
+- uncached (the reference), and the node with caching off (what it costs when it caches nothing);
 - the node: its defaults within a threshold sweep, the same sweep with a shorter warmup and no cap
   on cached steps in a row, the step masks, and each calibrator over the threshold sweep;
 - EasyCache and LazyCache over a sweep of ``reuse_threshold`` (their default start and end), their
@@ -29,8 +29,9 @@ It writes ``peers.json`` (the table) and ``peers.png`` (wall-clock speedup again
 per method) to ``benchmarks/results/``, and prints the table as Markdown for the README. A small
 model on procedural images: figures of **dynamics on the proxy, not Krea-2 quality**.
 
-    python benchmarks/peers.py                 # the full run (about 10 minutes on one CPU thread)
+    python benchmarks/peers.py                 # the full run (about 20 minutes on one CPU thread)
     python benchmarks/peers.py --quick         # a handful of cases, one image, to see it work
+    python benchmarks/peers.py --replot        # the written table compared and plotted again
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
 EQUAL_SPEED = 0.05  # wall-clock speedups within 5% count as equal
 
 UNCACHED = "uncached"
+CACHING_OFF = "Cache-DiT caching off"  # the node with threshold 0: what the node costs when it caches nothing
 THRESHOLD = "Cache-DiT threshold"  # the node's defaults, threshold swept
 FREE_THRESHOLD = "Cache-DiT threshold, warmup 2, no run cap"
 MASKS = "Cache-DiT step masks"
@@ -122,7 +124,7 @@ def peer_case(regime: str, peer: str, threshold: float, own_input: bool = True) 
 def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
     cases = []
     for regime in regimes:
-        cases.append(case(regime, UNCACHED))
+        cases += [case(regime, UNCACHED), case(regime, CACHING_OFF, "0", {"residual_diff_threshold": 0.0})]
         cases += [case(regime, THRESHOLD, f"{t:g}", {"residual_diff_threshold": t}) for t in NODE_THRESHOLDS]
         cases += [case(regime, FREE_THRESHOLD, f"{t:g}", {"residual_diff_threshold": t, **FREE})
                   for t in FREE_THRESHOLDS]
@@ -257,6 +259,9 @@ def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list
             "skipped": [runs[-1].skipped for runs in samples[c.name].values()],
             "skipped_range": [min(s.skipped for s in every_run), max(s.skipped for s in every_run)],
             "ideal": statistics.mean(s.ideal for s in every_run),
+            # Model calls without / with: the node's cached step still runs its Fn blocks and the model's
+            # embeddings and final layer, a peer's skipped step runs nothing.
+            "step_ideal": statistics.mean(s.steps / (s.steps - s.skipped) for s in every_run),
             "seconds": statistics.median(times[c.name]),
             "wall": statistics.median(times[reference.name]) / statistics.median(times[c.name]),
             "mae_255": statistics.mean(maes), "mae_255_per_image": maes,
@@ -288,7 +293,7 @@ def compare(challengers: list[dict], field: list[dict], tolerance: float = EQUAL
             "regime": challenger["regime"], "challenger": challenger["case"], "challenger_wall": challenger["wall"],
             "challenger_mae_255": challenger["mae_255"], "best": best and best["case"],
             "best_wall": best and best["wall"], "best_mae_255": best and best["mae_255"],
-            "winner": ("challenger" if best is None or challenger["mae_255"] < best["mae_255"] else
+            "winner": ("unmatched" if best is None else "challenger" if challenger["mae_255"] < best["mae_255"] else
                        "tie" if challenger["mae_255"] == best["mae_255"] else "best")})
     return verdicts
 
@@ -309,6 +314,7 @@ def head_to_head(rows: list[dict], tolerance: float = EQUAL_SPEED) -> dict:
 
 
 def verdict_lines(comparisons: dict) -> list[str]:
+    """What ``head_to_head`` found, one line per peer setting, then a tally per regime and method."""
     lines = []
     for v in comparisons["peers_vs_node"]:
         if v["best"] is None:
@@ -318,49 +324,80 @@ def verdict_lines(comparisons: dict) -> list[str]:
         who = {"best": "node wins", "challenger": "peer wins", "tie": "tie"}[v["winner"]]
         lines.append(f"{v['challenger']}: {v['challenger_wall']:.2f}x, MAE {v['challenger_mae_255']:.2f} | best node "
                      f"at least as fast: {v['best']} {v['best_wall']:.2f}x, MAE {v['best_mae_255']:.2f} -> {who}")
+    lines.append("")
+    for key, challenger_side, field_side in (("peers_vs_node", "the peer", "the node"),
+                                             ("node_methods_vs_defaults", "the method", "the defaults' curve")):
+        for (regime, method), verdicts in tally(comparisons[key]).items():
+            counts = {w: sum(v["winner"] == w for v in verdicts) for w in ("challenger", "best", "tie", "unmatched")}
+            lines.append(f"{regime} {method}: {field_side} lower at {counts['best']}, {challenger_side} lower at "
+                         f"{counts['challenger']}, tie {counts['tie']}, nothing as fast at {counts['unmatched']} "
+                         f"of {len(verdicts)} settings")
     return lines
+
+
+def tally(verdicts: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Verdicts grouped by regime and the challenger's method (its case name without regime and setting)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for v in verdicts:
+        method = v["challenger"].removeprefix(f"{v['regime']} ").rsplit(" ", 1)[0]
+        groups.setdefault((v["regime"], method), []).append(v)
+    return groups
 
 
 # --- outputs ---------------------------------------------------------------------------------------
 
+PEER_STYLE = {EASYCACHE: dict(color="black", linestyle="--"), LAZYCACHE: dict(color="darkgoldenrod", linestyle="--")}
+# The panels: wall-clock speedup (what a user gets), and model calls without / with (what each method
+# saves in steps, whatever a cached step still costs).
+AXES = (("wall", "wall-clock speedup (x, median of alternating repeats)"),
+        ("step_ideal", "model calls without / with (x; a node's cached step still runs its Fn block)"))
+
+
 def plot(rows: list[dict], path: Path, title: str) -> dict[str, list[str]]:
-    """Wall-clock speedup against MAE/255, one panel per regime, one curve per method; returns the
-    curves drawn per regime."""
+    """MAE/255 against the wall-clock speedup (top) and against the model calls saved (bottom), one
+    column per regime, one curve per method; returns the curves drawn per regime."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     regimes = [r for r in REGIMES if any(row["regime"] == r for row in rows)]
-    figure, axes = plt.subplots(1, len(regimes), figsize=(7 * len(regimes), 6.5), squeeze=False)
+    panels = [(key, label) for key, label in AXES if all(key in row for row in rows)]
+    figure, axes = plt.subplots(len(panels), len(regimes), figsize=(7 * len(regimes), 5 * len(panels) + 1.5),
+                                squeeze=False)
     drawn = {}
-    for axis, regime in zip(axes[0], regimes):
+    for column, regime in enumerate(regimes):
         of_regime = [r for r in rows if r["regime"] == regime]
         methods = list(dict.fromkeys(r["method"] for r in of_regime))
-        drawn[regime] = []
-        for method in methods:
-            points = [r for r in of_regime if r["method"] == method]  # in the order of its sweep
-            style = (dict(color="black", marker="o", linestyle="none") if method == UNCACHED else
-                     dict(marker="s", linewidth=2.4, markersize=6) if method in PEERS else
-                     dict(marker="x", color="grey", linestyle="none", markersize=8) if method == EASYCACHE_IN_PLACE
-                     else dict(marker="o", linewidth=1.2, markersize=4))
-            axis.plot([r["wall"] for r in points], [r["mae_255"] for r in points], label=method, **style)
-            drawn[regime].append(method)
-        for row in of_regime:
-            if is_node_default(row):
-                axis.plot(row["wall"], row["mae_255"], marker="*", markersize=15, color="gold",
-                          markeredgecolor="black", linestyle="none", label="node defaults")
-        steps, cfg = REGIMES[regime]
-        axis.set_title(f"{steps} steps, CFG {cfg:g}" + (" (batched)" if cfg > 1 else ""))
-        axis.set_xlabel("wall-clock speedup (x, median of alternating repeats)")
-        axis.set_ylabel("MAE/255 of the decoded image vs uncached (log above 1)")
-        axis.set_yscale("symlog", linthresh=1.0)
-        axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+        drawn[regime] = methods
+        for line, (key, label) in enumerate(panels):
+            axis = axes[line][column]
+            for method in methods:
+                points = [r for r in of_regime if r["method"] == method]  # in the order of its sweep
+                style = (dict(color="black", marker="o", linestyle="none") if method == UNCACHED else
+                         dict(marker="s", linewidth=2.4, markersize=6, **PEER_STYLE[method]) if method in PEERS else
+                         dict(marker="x", color="grey", linestyle="none", markersize=8)
+                         if method == EASYCACHE_IN_PLACE else dict(marker="o", linewidth=1.2, markersize=4))
+                axis.plot([r[key] for r in points], [r["mae_255"] for r in points], label=method, **style)
+            for row in of_regime:
+                if is_node_default(row):
+                    axis.plot(row[key], row["mae_255"], marker="*", markersize=15, color="gold",
+                              markeredgecolor="black", linestyle="none", label="node defaults")
+            steps, cfg = REGIMES[regime]
+            axis.set_title(f"{steps} steps, CFG {cfg:g}" + (" (batched)" if cfg > 1 else ""))
+            axis.set_xlabel(label)
+            axis.set_ylabel("MAE/255 of the decoded image vs uncached")
+            axis.set_yscale("symlog", linthresh=1.0)  # linear below 1, logarithmic above
+            if key == "step_ideal":  # up to 13x at 52 steps: a log scale keeps the low end readable
+                axis.set_xscale("log", base=2)
+                axis.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+            axis.grid(True, alpha=0.3)
+        axes[-1][column].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
     plt.close(figure)
     return drawn
 
@@ -371,15 +408,15 @@ def strict_json(data) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| steps, CFG | method | setting | cached/skipped | ideal | wall-clock | MAE/255 | PSNR dB |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| steps, CFG | method | setting | cached/skipped | s/run | ideal | wall-clock | wall/ideal | MAE/255 | PSNR dB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         low, high = r["skipped_range"]
         skipped = f"{low}/{r['steps']}" if low == high else f"{low}-{high}/{r['steps']}"
         psnr = "identical" if r["psnr_db"] is None else f"{r['psnr_db']:.1f}"
         setting = r["setting"] + (" (defaults)" if is_node_default(r) else "")
-        lines.append(f"| {r['steps']}, {r['cfg']:g} | {r['method']} | {setting} | {skipped} | {r['ideal']:.2f}x | "
-                     f"{r['wall']:.2f}x | {r['mae_255']:.2f} | {psnr} |")
+        lines.append(f"| {r['steps']}, {r['cfg']:g} | {r['method']} | {setting} | {skipped} | {r['seconds']:.3f} | "
+                     f"{r['ideal']:.2f}x | {r['wall']:.2f}x | {r['wall'] / r['ideal']:.0%} | {r['mae_255']:.2f} | {psnr} |")
     return "\n".join(lines)
 
 
@@ -426,9 +463,14 @@ def run(args) -> tuple[list[dict], dict]:
                        progress=lambda text: print(text, flush=True))
     finally:
         server.stop()
-    comparisons = head_to_head(rows)
     info = conditions(comfy_root, proxy, images, args.repeats, os.environ.get("OMP_NUM_THREADS"))
-    json_path, png_path, _ = write_results(rows, comparisons, info, Path(args.out))
+    return report(rows, info, Path(args.out))
+
+
+def report(rows: list[dict], info: dict, out_dir: Path) -> tuple[list[dict], dict]:
+    """Compare, write the JSON and the plot, print the Markdown table and the verdicts."""
+    comparisons = head_to_head(rows)
+    json_path, png_path, _ = write_results(rows, comparisons, info, out_dir)
     print(markdown_table(rows))
     print("\nAt each peer setting, the node's best setting at least as fast (within 5%):")
     print("\n".join(verdict_lines(comparisons)))
@@ -447,7 +489,13 @@ def main(argv=None):
                         help="CPU threads of the server (OMP_NUM_THREADS; 0 leaves it alone); one thread keeps "
                              "timings steady on a shared machine")
     parser.add_argument("--out", default=str(RESULTS_DIR), help="folder for peers.json and peers.png")
+    parser.add_argument("--replot", action="store_true",
+                        help="sample nothing: read the rows of --out's peers.json, compare, plot and print again")
     args = parser.parse_args(argv)
+    if args.replot:
+        written = json.loads((Path(args.out) / "peers.json").read_text())
+        report(written["rows"], written["conditions"], Path(args.out))
+        return
     unknown = set(args.regimes.split(",")) - set(REGIMES)
     if unknown:
         parser.error(f"--regimes: unknown {sorted(unknown)}; choose from {sorted(REGIMES)}")

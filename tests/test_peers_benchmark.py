@@ -40,8 +40,10 @@ def test_the_node_is_compared_at_equal_or_higher_speed():
     verdicts = peers.compare([row("peer a", 1.25, 3.0, "EasyCache"), row("peer b", 1.7, 4.0, "EasyCache"),
                               row("peer c", 2.0, 9.0, "EasyCache")], node)
     # 1.2x is within 5% of 1.25x; 1.6x is not within 5% of 1.7x; nothing is near 2.0x.
-    assert [(v["best"], v["winner"]) for v in verdicts] == [("slow good", "best"), (None, "challenger"),
-                                                             (None, "challenger")]
+    assert [(v["best"], v["winner"]) for v in verdicts] == [("slow good", "best"), (None, "unmatched"),
+                                                             (None, "unmatched")]
+    faster_and_better = peers.compare([row("peer d", 1.5, 2.0, "EasyCache")], node)
+    assert [(v["best"], v["winner"]) for v in faster_and_better] == [("fast", "challenger")]
 
 
 @pytest.fixture(scope="module")
