@@ -310,7 +310,30 @@ def head_to_head(rows: list[dict], tolerance: float = EQUAL_SPEED) -> dict:
         defaults_curve = [r for r in node if r["method"] == THRESHOLD]
         others = [r for r in node if r["method"] != THRESHOLD and r["ideal"] > 1.0]
         result["node_methods_vs_defaults"] += compare(others, defaults_curve, tolerance)
+    result["step_costs"] = step_costs(rows)
     return result
+
+
+# The node's settings without a calibrator: their seconds against their cached steps are one line.
+PLAIN_NODE = (CACHING_OFF, THRESHOLD, FREE_THRESHOLD, MASKS)
+
+
+def step_costs(rows: list[dict]) -> list[dict]:
+    """Per regime, for the node's plain settings and for each peer: a least-squares line through the
+    (cached or skipped steps, seconds) of its rows. Its slope is what one more cached step saves; set
+    against an uncached step's share of the uncached run, it says what a cached step still costs."""
+    costs = []
+    for regime in sorted({r["regime"] for r in rows}):
+        of_regime = [r for r in rows if r["regime"] == regime]
+        (uncached,) = [r for r in of_regime if r["method"] == UNCACHED]
+        for who, methods in (("Cache-DiT", PLAIN_NODE), *((peer, (peer,)) for peer in PEERS)):
+            points = [(statistics.mean(r["skipped"]), r["seconds"]) for r in of_regime if r["method"] in methods]
+            if len({x for x, _ in points}) < 2:
+                continue
+            slope, intercept = statistics.linear_regression(*zip(*points))
+            costs.append({"regime": regime, "method": who, "settings": len(points), "seconds_at_none": intercept,
+                          "saved_per_step_s": -slope, "uncached_per_step_s": uncached["seconds"] / uncached["steps"]})
+    return costs
 
 
 def verdict_lines(comparisons: dict) -> list[str]:
@@ -332,6 +355,11 @@ def verdict_lines(comparisons: dict) -> list[str]:
             lines.append(f"{regime} {method}: {field_side} lower at {counts['best']}, {challenger_side} lower at "
                          f"{counts['challenger']}, tie {counts['tie']}, nothing as fast at {counts['unmatched']} "
                          f"of {len(verdicts)} settings")
+    lines.append("")
+    for c in comparisons["step_costs"]:
+        lines.append(f"{c['regime']} {c['method']}: one more cached step saves {c['saved_per_step_s'] * 1000:.1f} ms "
+                     f"(an uncached run takes {c['uncached_per_step_s'] * 1000:.1f} ms per step; fit over "
+                     f"{c['settings']} settings, {c['seconds_at_none']:.3f} s at none cached)")
     return lines
 
 

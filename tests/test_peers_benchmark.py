@@ -92,6 +92,9 @@ def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_r
     comparisons = peers.head_to_head(rows)
     peer_rows = [r for r in rows if r["method"] in peers.PEERS and max(r["skipped"]) > 0]
     assert [v["challenger"] for v in comparisons["peers_vs_node"]] == [r["case"] for r in peer_rows]
+    # Two thresholds per peer, with different skipped counts: a line each (the node has one setting here).
+    assert [c["method"] for c in comparisons["step_costs"]] == list(peers.PEERS)
+    assert all(math.isfinite(c["saved_per_step_s"]) for c in comparisons["step_costs"]), comparisons["step_costs"]
     info = peers.conditions(comfy_root, proxy, peers.IMAGES[:1], 2, "1")
     json_path, png_path, drawn = peers.write_results(rows, comparisons, info, tmp_path)
 
