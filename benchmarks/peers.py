@@ -143,7 +143,8 @@ def quick_cases() -> list[PeerCase]:
     return [case("turbo", UNCACHED), case("turbo", THRESHOLD, f"{NODE_DEFAULT_THRESHOLD:g}", {}),
             case("turbo", calibrator_method("taylorseer"), f"{NODE_DEFAULT_THRESHOLD:g}", {"calibrator": "taylorseer"}),
             peer_case("turbo", EASYCACHE, 0.2), peer_case("turbo", EASYCACHE, 1.2),
-            peer_case("turbo", LAZYCACHE, 0.2), peer_case("turbo", LAZYCACHE, 1.2)]
+            peer_case("turbo", LAZYCACHE, 0.2), peer_case("turbo", LAZYCACHE, 1.2),
+            peer_case("turbo", EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False)]
 
 
 def is_node_default(row: dict) -> bool:
@@ -492,13 +493,14 @@ def run(args) -> tuple[list[dict], dict]:
     finally:
         server.stop()
     info = conditions(comfy_root, proxy, images, args.repeats, os.environ.get("OMP_NUM_THREADS"))
-    return report(rows, info, Path(args.out))
+    # A quick run never replaces the full run's figures.
+    return report(rows, info, Path(args.out), stem="peers_quick" if args.quick else "peers")
 
 
-def report(rows: list[dict], info: dict, out_dir: Path) -> tuple[list[dict], dict]:
+def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers") -> tuple[list[dict], dict]:
     """Compare, write the JSON and the plot, print the Markdown table and the verdicts."""
     comparisons = head_to_head(rows)
-    json_path, png_path, _ = write_results(rows, comparisons, info, out_dir)
+    json_path, png_path, _ = write_results(rows, comparisons, info, out_dir, stem)
     print(markdown_table(rows))
     print("\nAt each peer setting, the node's best setting at least as fast (within 5%):")
     print("\n".join(verdict_lines(comparisons)))
@@ -512,7 +514,8 @@ def main(argv=None):
     parser.add_argument("--images", type=int, default=3, choices=range(1, len(IMAGES) + 1),
                         help="how many of the (class, seed) images each repeat samples")
     parser.add_argument("--regimes", default=",".join(REGIMES), help="turbo, raw or both (comma-separated)")
-    parser.add_argument("--quick", action="store_true", help="a handful of Turbo-like cases (what the test tier runs)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a handful of Turbo-like cases (what the test tier runs), written as peers_quick.*")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads of the server (OMP_NUM_THREADS; 0 leaves it alone); one thread keeps "
                              "timings steady on a shared machine")
