@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # noqa: E402  (stdlib only)
 
-DEV_REQUIREMENTS = ["pytest>=8"]
+DEV_REQUIREMENTS = ["pytest>=8", "matplotlib"]  # matplotlib: the peer benchmark's plot (benchmarks/peers.py)
 # Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.
 STANDALONE_TORCH = "torch==2.13.0"
 

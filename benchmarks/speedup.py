@@ -187,16 +187,21 @@ def measure(server: ComfyServer, args, model_name: str, features: int, proxy=Non
     return summarize(results, proxy.decode if proxy is not None else None)
 
 
-def image_errors(latents: list, references: list, decode) -> tuple[float, float]:
-    """Mean MAE (0-255 scale) and PSNR (dB) of the decoded images against the uncached ones, same seeds."""
+def image_error(image, target) -> tuple[float, float]:
+    """MAE (0-255 scale) and PSNR (dB; inf when identical) of a decoded image (values 0-1) against another."""
     import math
 
+    mse = float((image - target).square().mean())
+    return float((image - target).abs().mean() * 255), (10 * math.log10(1 / mse) if mse > 0 else math.inf)
+
+
+def image_errors(latents: list, references: list, decode) -> tuple[float, float]:
+    """Mean MAE (0-255 scale) and PSNR (dB) of the decoded images against the uncached ones, same seeds."""
     maes, psnrs = [], []
     for (_, latent), (_, reference) in zip(sorted(latents, key=lambda t: t[0]), sorted(references, key=lambda t: t[0])):
-        image, target = decode(latent), decode(reference)
-        maes.append(float((image - target).abs().mean() * 255))
-        mse = float((image - target).square().mean())
-        psnrs.append(10 * math.log10(1 / mse) if mse > 0 else math.inf)
+        mae, psnr = image_error(decode(latent), decode(reference))
+        maes.append(mae)
+        psnrs.append(psnr)
     return statistics.mean(maes), statistics.mean(psnrs)
 
 

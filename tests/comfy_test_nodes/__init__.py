@@ -17,7 +17,9 @@
 - ``Krea2TestNonFinitePixels``: an IMAGE with some pixels set to NaN (a broken decode);
 - ``Krea2TestProxyDecode``: the latent decoder of the small trained Krea-2 proxy
   (tests/krea2_proxy.py), LATENT -> IMAGE, so images, the compare node and the compare
-  template run on it without a VAE.
+  template run on it without a VAE;
+- ``Krea2TestOwnModelInput``: the diffusion model gets a copy of its input latent, as on a GPU in
+  bf16 (where ComfyUI's cast to the compute dtype copies), for step caches that write into it.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -247,11 +249,43 @@ class Krea2TestProxyDecode:
         return (images.permute(0, 2, 3, 1).contiguous(),)
 
 
+class Krea2TestOwnModelInput:
+    """Gives the diffusion model a copy of its input latent, as ComfyUI's cast to the model's compute
+    dtype does when that differs from the latent's (bf16 or fp16 weights on a GPU).
+
+    With float32 weights (the CPU) ComfyUI hands the diffusion model the very tensor it later
+    computes the denoised latent from; a wrapper that writes into its input in place (EasyCache's
+    skipped step adds its cached difference into it) then corrupts that latent. Put this node before
+    such a wrapper to measure it as it behaves where the cast copies.
+    """
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",)}}
+
+    def patch(self, model):
+        import comfy.patcher_extension
+
+        def own_input(executor, x, *args, **kwargs):
+            return executor(x.clone(), *args, **kwargs)
+
+        patched = model.clone()
+        # Registered first, it is the outermost wrapper: every later one sees the copy.
+        patched.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, "krea2_test_own_input",
+                                     own_input)
+        return (patched,)
+
+
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
                        "Krea2TestMultiGPU": Krea2TestMultiGPU,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
-                       "Krea2TestProxyDecode": Krea2TestProxyDecode}
+                       "Krea2TestProxyDecode": Krea2TestProxyDecode,
+                       "Krea2TestOwnModelInput": Krea2TestOwnModelInput}
 
 register_measurement_routes(PromptServer.instance.routes)

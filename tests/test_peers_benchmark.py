@@ -1,0 +1,121 @@
+"""The peer benchmark (benchmarks/peers.py) in short: this pack's node against ComfyUI's EasyCache and
+LazyCache on the trained proxy, through the benchmark's own code.
+
+A handful of Turbo-like cases (uncached, the node's defaults, one calibrator, EasyCache and LazyCache
+at their default and at a high ``reuse_threshold``, EasyCache without its own input copy), one
+image, two alternating repeats: every method
+must produce finite images and consistent figures, and the benchmark must write its table and plot.
+The figures themselves are the benchmark's to report (README, "Against EasyCache and LazyCache").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+from comfy_harness import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import peers  # noqa: E402
+
+proxy_tier = pytest.mark.tier("proxy")
+HIGH = 1.2  # a reuse_threshold at which both peers skip steps on the proxy
+
+
+def test_a_peer_summary_is_read_only_from_its_own_prompt():
+    line = "\x1b[32m[INFO]\x1b[0m EasyCache - skipped 3/8 steps (1.60x speedup).\n"
+    assert peers.peer_skipped("got prompt\n" + line, "EasyCache") == (3, 8)
+    for log in ("got prompt\n", line + line, line.replace("EasyCache", "LazyCache")):
+        with pytest.raises(RuntimeError, match="expected one EasyCache summary line"):
+            peers.peer_skipped(log, "EasyCache")
+
+
+def row(case, wall, mae, method="Cache-DiT threshold"):
+    return {"case": case, "regime": "turbo", "method": method, "wall": wall, "mae_255": mae}
+
+
+def test_the_node_is_compared_at_equal_or_higher_speed():
+    node = [row("slow good", 1.2, 1.0), row("fast", 1.6, 5.0)]
+    verdicts = peers.compare([row("peer a", 1.25, 3.0, "EasyCache"), row("peer b", 1.7, 4.0, "EasyCache"),
+                              row("peer c", 2.0, 9.0, "EasyCache")], node)
+    # 1.2x is within 5% of 1.25x; 1.6x is not within 5% of 1.7x; nothing is near 2.0x.
+    assert [(v["best"], v["winner"]) for v in verdicts] == [("slow good", "best"), (None, "unmatched"),
+                                                             (None, "unmatched")]
+    faster_and_better = peers.compare([row("peer d", 1.5, 2.0, "EasyCache")], node)
+    assert [(v["best"], v["winner"]) for v in faster_and_better] == [("fast", "challenger")]
+
+
+@pytest.fixture(scope="module")
+def quick(proxy_server, proxy):
+    cases = peers.quick_cases()
+    rows = peers.measure(proxy_server, cases, peers.IMAGES[:1], repeats=2, decode=proxy.decode, progress=lambda _: None)
+    return cases, {r["case"]: r for r in rows}
+
+
+@proxy_tier
+def test_every_method_produces_finite_images_and_figures(quick):
+    cases, rows = quick
+    assert set(rows) == {c.name for c in cases}
+    assert {c.method for c in cases} >= {peers.UNCACHED, peers.THRESHOLD, peers.EASYCACHE, peers.LAZYCACHE}
+    for name, r in rows.items():
+        assert r["finite"], name
+        assert r["runs"] == 2 and all(0 <= s <= r["steps"] for s in r["skipped"]), r
+        assert all(math.isfinite(r[k]) and r[k] > 0 for k in ("seconds", "wall", "ideal")), r
+        assert math.isfinite(r["mae_255"]) and r["mae_255"] >= 0, r
+        # Nothing skipped: the uncached image, bit for bit; something skipped: a finite cost.
+        if max(r["skipped"]) == 0:
+            assert r["ideal"] == 1.0 and r["mae_255"] == 0 and r["psnr_db"] is None, r
+        else:
+            assert r["ideal"] > 1.0 and r["mae_255"] > 0 and math.isfinite(r["psnr_db"]), r
+    reference = rows["turbo uncached"]
+    assert reference["wall"] == 1.0 and reference["skipped"] == [0]
+
+
+@proxy_tier
+def test_the_peers_skip_whole_model_calls_at_a_high_threshold(quick):
+    _, rows = quick
+    for peer in peers.PEERS:
+        r = rows[f"turbo {peer} {HIGH:g}"]
+        (skipped,) = r["skipped"]
+        assert skipped > 0 and r["mae_255"] > 0, r
+        assert r["ideal"] == pytest.approx(r["steps"] / (r["steps"] - skipped)), r
+    # The node's defaults and its calibrator cache on the trained proxy; the ideal counts its blocks.
+    for name in ("turbo Cache-DiT threshold 0.24", "turbo Cache-DiT + taylorseer 0.24"):
+        assert rows[name]["skipped"][0] > 0 and rows[name]["ideal"] > 1.0, rows[name]
+
+
+@proxy_tier
+def test_easycache_writes_into_a_float32_model_input(quick):
+    """EasyCache's skipped step adds its difference into the model's input in place; on float32 compute
+    that input is the latent ComfyUI computes the denoised one from. With the model given its own copy
+    (as a cast to bf16 gives it on a GPU) the same threshold costs far less (measured 3.7 against
+    21.4/255 at 0.2 over the benchmark's images)."""
+    _, rows = quick
+    own, in_place = rows["turbo EasyCache 0.2"], rows[f"turbo {peers.EASYCACHE_IN_PLACE} 0.2"]
+    assert own["skipped"][0] > 0 and in_place["skipped"][0] > 0, (own, in_place)
+    assert in_place["mae_255"] > 2 * own["mae_255"], (own, in_place)
+
+
+@proxy_tier
+def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_root):
+    cases, rows = quick
+    rows = list(rows.values())
+    comparisons = peers.head_to_head(rows)
+    peer_rows = [r for r in rows if r["method"] in peers.PEERS and max(r["skipped"]) > 0]
+    assert [v["challenger"] for v in comparisons["peers_vs_node"]] == [r["case"] for r in peer_rows]
+    # Two thresholds per peer, with different skipped counts: a line each (the node has one setting here).
+    assert [c["method"] for c in comparisons["step_costs"]] == list(peers.PEERS)
+    assert all(math.isfinite(c["saved_per_step_s"]) for c in comparisons["step_costs"]), comparisons["step_costs"]
+    info = peers.conditions(comfy_root, proxy, peers.IMAGES[:1], 2, "1")
+    json_path, png_path, drawn = peers.write_results(rows, comparisons, info, tmp_path)
+
+    def refuse(constant):
+        raise ValueError(f"non-finite number {constant} in {json_path}")
+
+    written = json.loads(json_path.read_text(), parse_constant=refuse)
+    assert written["rows"] == json.loads(json.dumps(rows)) and written["conditions"]["date"] == info["date"]
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 10_000
+    assert drawn == {"turbo": list(dict.fromkeys(c.method for c in cases))}
+    assert "| 8, 1 | EasyCache | 1.2 |" in peers.markdown_table(rows)
