@@ -431,7 +431,7 @@ class Proxy:
 
 
 # Rough cost of a build, for the message before one starts (measured on a quiet 2-core machine).
-EXPECTED_BUILD_MINUTES = 8
+EXPECTED_BUILD_MINUTES = 13
 
 
 def is_built(settings: ProxySettings = SETTINGS) -> bool:
