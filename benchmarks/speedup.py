@@ -1,7 +1,7 @@
 """Krea-2 Cache-DiT, side by side: the same sampling with and without the cache, in one run.
 
 Default (no arguments): the small trained Krea-2 proxy (tests/krea2_proxy.py; trained once,
-about 6 minutes on 2 CPU cores, then cached) sampled on the CPU through the real ComfyUI server
+about 13 minutes on 2 CPU cores, then cached) sampled on the CPU through the real ComfyUI server
 when one is found (see the README for how it is found), Turbo-like (8 steps, CFG 1) and Raw-like
 (52 steps, CFG 3.5), with the node's defaults, step masks, TaylorSeer and a threshold sweep. Its
 images are decoded, so the cost of caching is measured as MAE/255 and PSNR of the cached image

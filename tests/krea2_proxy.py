@@ -4,8 +4,9 @@ Seeded-random weights change a lot between steps, so threshold caching never tri
 and their images carry no content to lose. The proxy is ComfyUI's own Krea-2 (``SingleStreamDiT``
 at a small size) trained with rectified flow, in ComfyUI's convention, on procedural images:
 
-- the data set: 128x128 images of one shape (disc, square, triangle, cross) at a random place and
-  size, in one of two colour schemes (warm or cool hues), on a grey gradient background. A class is
+- the data set: 128x128 images of one shape (disc, square, triangle, cross) of a random size, placed
+  at random near the centre, in one of two colour schemes (warm or cool hues), on a grey gradient
+  background. A class is
   (shape, scheme): 8 classes. A class's conditioning is one fixed seeded tensor, the one the test
   node ``Krea2TestConditioning`` makes with ``seed = class_seed(k)``; 10% of training samples get
   zero conditioning (what ``ConditioningZeroOut`` gives), so classifier-free guidance works;
@@ -14,8 +15,9 @@ at a small size) trained with rectified flow, in ComfyUI's convention, on proced
   Krea-2's VAE. ComfyUI keeps Krea-2 latents in the Wan 2.1 latent space: ``decode_comfy`` undoes
   that scaling first;
 - training: ``x_t = sigma * noise + (1 - sigma) * x0``, target ``noise - x0``, timestep = sigma,
-  with sigma drawn the way the ``simple`` schedule with Krea-2's shift 1.15 spreads it;
-  adaLN-zero initialisation (every block starts as the identity).
+  with sigma drawn logit-normally, as rectified-flow image models are trained (most weight on the
+  middle sigmas, where a sample's content is decided); adaLN-zero initialisation (every block
+  starts as the identity).
 
 This is dynamics, not Krea-2 quality: figures measured on it say how caching behaves on a model
 that has learned something, never what real Krea-2 images lose.
@@ -69,13 +71,17 @@ class ProxySettings:
     codec_images: int = 512
     # Training.
     seed: int = 0
-    iterations: int = 400
+    # The objects: radius as a share of the image (base + span * u) and how far the centre strays
+    # from the image's centre (a share of the image, either way).
+    radius: tuple = (0.28, 0.05)
+    placement: float = 0.12
+    iterations: int = 1100
     batch: int = 16
-    lr: float = 1e-3
+    lr: float = 2e-3
     lr_final: float = 5e-5
     warmup: int = 30
     dropout: float = 0.1
-    shift: float = 1.15
+    shift: float = 1.15   # Krea-2's time shift, as the ``simple`` schedule applies it when sampling
     threads: int = 1  # one thread: the same weights on any machine, and no stalls on a busy CPU
 
     @property
@@ -129,7 +135,8 @@ def _signed_distance(shape: int, dx: torch.Tensor, dy: torch.Tensor, r: torch.Te
     return torch.minimum(horizontal, vertical)
 
 
-def sample_images(labels: torch.Tensor, generator: torch.Generator, size: int = SETTINGS.image_size) -> torch.Tensor:
+def sample_images(labels: torch.Tensor, generator: torch.Generator, size: int = SETTINGS.image_size,
+                  settings: ProxySettings = SETTINGS) -> torch.Tensor:
     """Images (B, 3, size, size) in [0, 1] of the given classes, drawn from ``generator``."""
     b = labels.shape[0]
     u = torch.rand((b, 12), generator=generator)
@@ -141,9 +148,10 @@ def sample_images(labels: torch.Tensor, generator: torch.Generator, size: int = 
     low, high = 0.15 + 0.35 * u[:, 1], 0.5 + 0.35 * u[:, 2]
     background = (low[:, None, None] + (high - low)[:, None, None] * ramp.clamp(0, 1))[:, None].expand(b, 3, size, size)
     # The object: size, place (fully inside), hue by scheme.
-    r = size * (0.17 + 0.1 * u[:, 3])
-    cx = r + 4 + (size - 2 * r - 8) * u[:, 4]
-    cy = r + 4 + (size - 2 * r - 8) * u[:, 5]
+    base, span = settings.radius
+    r = size * (base + span * u[:, 3])
+    cx = size * (0.5 + settings.placement * (2 * u[:, 4] - 1))
+    cy = size * (0.5 + settings.placement * (2 * u[:, 5] - 1))
     schemes = labels // len(SHAPES)
     hue = torch.where(schemes == 0, 0.0 + 0.1 * u[:, 6], 0.53 + 0.12 * u[:, 6])
     colour = _hsv_to_rgb(hue, 0.75 + 0.25 * u[:, 7], 0.75 + 0.25 * u[:, 8])
@@ -330,8 +338,8 @@ def build_model(krea2, settings: ProxySettings):
                 parameter.zero_()
             elif name.endswith("mod.lin") or name.endswith("modulation.lin"):
                 parameter.zero_()
-        # adaLN-zero: every block's modulation (shift, scale and gate) starts at zero, so each block
-        # starts as the identity and the output layer at zero; gradients open the gates.
+        # adaLN-zero: every block's modulation (shift, scale and gate) and the output layer start at
+        # zero, and the timestep reaches the modulation through a zero projection at first.
         model.tproj[1].weight.zero_()
         model.tproj[1].bias.zero_()
         model.last.linear.weight.zero_()
@@ -339,10 +347,10 @@ def build_model(krea2, settings: ProxySettings):
     return model
 
 
-def training_sigmas(batch: int, shift: float, generator: torch.Generator) -> torch.Tensor:
-    """Sigmas spread as ComfyUI's ``simple`` schedule visits them with Krea-2's time shift."""
-    t = torch.rand(batch, generator=generator).clamp_min(1e-3)
-    return shift * t / (1 + (shift - 1) * t)
+def training_sigmas(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """Logit-normal sigmas (the logit of sigma is a standard normal): the middle of the schedule,
+    where the shape and its place are decided, gets the most training."""
+    return torch.sigmoid(torch.randn(batch, generator=generator)).clamp(1e-3, 1.0)
 
 
 def train(comfy_root: Path, out_dir: Path, settings: ProxySettings = SETTINGS, progress: bool = True) -> dict:
@@ -376,9 +384,9 @@ def train(comfy_root: Path, out_dir: Path, settings: ProxySettings = SETTINGS, p
                mininterval=2.0, file=sys.stderr)
     for i in bar:
         labels = torch.randint(0, len(CLASSES), (s.batch,), generator=data)
-        x0 = codec.encode(sample_images(labels, data, s.image_size))
+        x0 = codec.encode(sample_images(labels, data, s.image_size, s))
         noise = torch.randn(x0.shape, generator=data)
-        sigma = training_sigmas(s.batch, s.shift, data)
+        sigma = training_sigmas(s.batch, data)
         keep = (torch.rand(s.batch, generator=data) >= s.dropout).float()[:, None, None]
         context = conditions[labels] * keep
         x_t = sigma[:, None, None, None] * noise + (1 - sigma[:, None, None, None]) * x0
@@ -423,7 +431,7 @@ class Proxy:
 
 
 # Rough cost of a build, for the message before one starts (measured on a quiet 2-core machine).
-EXPECTED_BUILD_MINUTES = 8
+EXPECTED_BUILD_MINUTES = 13
 
 
 def is_built(settings: ProxySettings = SETTINGS) -> bool:
