@@ -460,11 +460,8 @@ def load_transformer(checkpoint: Krea2Checkpoint, dtype: torch.dtype | None = No
                 _set_parameter(model, name, tensor)
                 loaded.add(name)
                 del tensor
-        missing = sorted(set(expected) - loaded)
-        if missing:
-            raise Krea2LoadError(
-                f"{checkpoint.path}: {len(missing)} Krea-2 tensors are missing (e.g. {', '.join(missing[:3])}). "
-                "The checkpoint is incomplete or its config.json does not match the weights; download it again.")
+        _check_complete(checkpoint.path, expected, loaded,
+                        "The checkpoint is incomplete or its config.json does not match the weights; download it again.")
     except BaseException:
         _release(model)
         raise
@@ -478,6 +475,13 @@ def _check_tensor(path: Path, name: str, shape: tuple[int, ...], expected: dict)
     if shape != expected[name]:
         raise Krea2LoadError(f"{path}: tensor '{name}' has shape {list(shape)} but the Krea-2 config expects "
                              f"{list(expected[name])}; config.json and weights belong to different models.")
+
+
+def _check_complete(path: Path, expected: dict, loaded: set[str], advice: str) -> None:
+    missing = sorted(set(expected) - loaded)
+    if missing:
+        raise Krea2LoadError(f"{path}: {len(missing)} Krea-2 tensors are missing (e.g. {', '.join(missing[:3])}). "
+                             f"{advice}")
 
 
 # --- listing ---------------------------------------------------------------------------

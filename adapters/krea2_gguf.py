@@ -248,11 +248,7 @@ def load_gguf_transformer(checkpoint: GGUFCheckpoint, compute_dtype: torch.dtype
             k2._check_tensor(checkpoint.path, name, shape, expected)
             _store(model, name, value)
             loaded.add(name)
-        missing = sorted(set(expected) - loaded)
-        if missing:
-            raise Krea2LoadError(
-                f"{checkpoint.path}: {len(missing)} Krea-2 tensors are missing (e.g. {', '.join(missing[:3])}). "
-                "The file is incomplete; convert or download it again.")
+        k2._check_complete(checkpoint.path, expected, loaded, "The file is incomplete; convert or download it again.")
     except BaseException:
         k2._release(model)
         raise
