@@ -455,7 +455,7 @@ def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | Non
     version = re.search(r'__version__\s*=\s*"([^"]+)"', (comfy_root / "comfyui_version.py").read_text())
     return {"date": datetime.date.today().isoformat(), "comfyui": version.group(1) if version else "unknown",
             "torch": torch.__version__, "device": "CPU", "threads": threads,
-            "proxy": proxy.checkpoint.parent.name, "image_size": 128, "sampler": "euler/simple",
+            "proxy": proxy.checkpoint.parent.name, "image_size": proxy.settings.image_size, "sampler": "euler/simple",
             "images": [list(i) for i in images], "repeats": repeats,
             "note": "small trained Krea-2 proxy on procedural images: dynamics, not Krea-2 quality"}
 

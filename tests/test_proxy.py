@@ -10,12 +10,15 @@ Turbo-like runs are 8 steps at CFG 1, Raw-like runs 52 steps at CFG 3.5 (cond an
 
 from __future__ import annotations
 
-import math
+import sys
 
 import pytest
 import torch
-from comfy_harness import prompt_error
+from comfy_harness import REPO_ROOT, prompt_error
 from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, proxy_prompt
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from speedup import image_error  # noqa: E402  (the benchmarks' image error: one formula for both)
 
 pytestmark = pytest.mark.tier("proxy")
 
@@ -27,12 +30,11 @@ TRAINED_ACCURACY = 0.9
 
 
 def mae_255(image, reference) -> float:
-    return float((image - reference).abs().mean() * 255)
+    return image_error(image, reference)[0]
 
 
 def psnr_db(image, reference) -> float:
-    mse = float((image - reference).square().mean())
-    return 10 * math.log10(1 / mse) if mse > 0 else math.inf
+    return image_error(image, reference)[1]
 
 
 def sample(server, proxy, *, label=0, seed=0, cache=None, batch=1, model=PROXY_MODEL, **recipe):
@@ -182,8 +184,6 @@ def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
     import numpy as np
     from example_stand_ins import example_prompt_on_proxy, saved_images
     from krea2_prompts import PROXY_SIZE
-
-    from comfy_harness import REPO_ROOT
 
     workflow = json.loads((REPO_ROOT / "example_workflows" / "krea2_turbo_compare.json").read_text())
     prompt = example_prompt_on_proxy(workflow, proxy_server.get("/object_info"), label=5, prefix="proxy_compare")
