@@ -4,10 +4,13 @@ Seeded-random weights change a lot between steps, so threshold caching never tri
 and their images carry no content to lose. The proxy is ComfyUI's own Krea-2 (``SingleStreamDiT``
 at a small size) trained with rectified flow, in ComfyUI's convention, on procedural images:
 
-- the data set: 128x128 images of one shape (disc, square, triangle, cross) of a random size, placed
+- the data set: 128x128 images of one shape (disc, ring, triangle, cross) of a random size, placed
   at random near the centre, in one of two colour schemes (warm or cool hues), on a grey gradient
-  background. A class is
-  (shape, scheme): 8 classes. A class's conditioning is one fixed seeded tensor, the one the test
+  background. A class is (shape, scheme): 8 classes. The shapes differ over several of the
+  model's tokens (16x16 pixels each): a ring's hole spans about three, where a square would differ
+  from a disc only in its corner tokens, which a model this small draws round. The objects are
+  large (radius 36-40% of the image: about six tokens across). A class's
+  conditioning is one fixed seeded tensor, the one the test
   node ``Krea2TestConditioning`` makes with ``seed = class_seed(k)``; 10% of training samples get
   zero conditioning (what ``ConditioningZeroOut`` gives), so classifier-free guidance works;
 - the latent codec: a fixed linear map of 8x8x3 pixel patches to 16 channels (PCA of the data
@@ -48,7 +51,7 @@ CHECKPOINT_NAME = "krea2_proxy.safetensors"
 CODEC_NAME = "krea2_proxy_codec.safetensors"
 BUILD_INFO_NAME = "build.json"
 
-SHAPES = ("disc", "square", "triangle", "cross")
+SHAPES = ("disc", "ring", "triangle", "cross")
 SCHEMES = ("warm", "cool")
 CLASSES = [f"{scheme} {shape}" for scheme in SCHEMES for shape in SHAPES]
 CLASS_SEED_BASE = 1000  # class k's conditioning: Krea2TestConditioning(seed=CLASS_SEED_BASE + k)
@@ -73,8 +76,8 @@ class ProxySettings:
     seed: int = 0
     # The objects: radius as a share of the image (base + span * u) and how far the centre strays
     # from the image's centre (a share of the image, either way).
-    radius: tuple = (0.28, 0.05)
-    placement: float = 0.12
+    radius: tuple = (0.36, 0.04)
+    placement: float = 0.06
     iterations: int = 1100
     batch: int = 16
     lr: float = 2e-3
@@ -123,8 +126,8 @@ def _signed_distance(shape: int, dx: torch.Tensor, dy: torch.Tensor, r: torch.Te
     """Approximate signed distance (pixels, negative inside) of each pixel to a shape of radius r."""
     if SHAPES[shape] == "disc":
         return torch.sqrt(dx * dx + dy * dy) - r
-    if SHAPES[shape] == "square":
-        return torch.maximum(dx.abs(), dy.abs()) - 0.85 * r
+    if SHAPES[shape] == "ring":  # a disc with a hole of half its radius
+        return (torch.sqrt(dx * dx + dy * dy) - 0.75 * r).abs() - 0.25 * r
     if SHAPES[shape] == "triangle":  # apex up: the two slanted edges and the base as half-planes
         half_height = 0.9 * r
         edge = (dx.abs() * 2 * half_height - r * (dy + half_height)) / torch.sqrt(4 * half_height ** 2 + r ** 2)
@@ -239,60 +242,6 @@ def _to_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
     b, c, h, w = images.shape
     return images.reshape(b, c, h // patch, patch, w // patch, patch).permute(0, 2, 4, 1, 3, 5).reshape(
         b, h // patch, w // patch, c * patch * patch)
-
-
-# --- a simple classifier of the data set's images ---------------------------------------------------
-
-def image_features(images: torch.Tensor) -> torch.Tensor:
-    """Per image: fill of its bounding box, centroid height in it, fill of the box's top and bottom
-    corners, and warm-vs-cool hue, of the saturated (object) pixels. (B, 5); NaN-free."""
-    saturation = images.amax(1) - images.amin(1)
-    mask = (saturation > 0.3).float()                                   # (B, H, W)
-    b, h, w = mask.shape
-    ys = torch.arange(h, dtype=torch.float32)[None, :, None].expand(b, h, w)
-    xs = torch.arange(w, dtype=torch.float32)[None, None, :].expand(b, h, w)
-    features = []
-    for i in range(b):
-        m = mask[i] > 0
-        if m.sum() < 16:
-            features.append(torch.zeros(5))
-            continue
-        y, x = ys[i][m], xs[i][m]
-        y0, y1 = torch.quantile(y, 0.01), torch.quantile(y, 0.99) + 1
-        x0, x1 = torch.quantile(x, 0.01), torch.quantile(x, 0.99) + 1
-        box = mask[i, int(y0):int(y1), int(x0):int(x1)]
-        bh, bw = box.shape
-        fill = box.mean()
-        centroid = (y.mean() - y0) / max(float(y1 - y0), 1.0)
-        top = box[: bh // 3, : bw // 3].mean() / 2 + box[: bh // 3, -(bw // 3):].mean() / 2 if bh >= 3 and bw >= 3 else fill
-        bottom = box[-(bh // 3):, : bw // 3].mean() / 2 + box[-(bh // 3):, -(bw // 3):].mean() / 2 if bh >= 3 and bw >= 3 else fill
-        warm = (images[i, 0][m] - images[i, 2][m]).mean()
-        features.append(torch.stack([fill, centroid, top, bottom, warm]).float())
-    return torch.nan_to_num(torch.stack(features))
-
-
-@dataclasses.dataclass
-class NearestCentroid:
-    centroids: torch.Tensor  # (classes, features), standardised
-    mean: torch.Tensor
-    std: torch.Tensor
-
-    @classmethod
-    def fit(cls, images: torch.Tensor, labels: torch.Tensor) -> "NearestCentroid":
-        features = image_features(images)
-        mean, std = features.mean(0), features.std(0) + 1e-6
-        z = (features - mean) / std
-        centroids = torch.stack([z[labels == k].mean(0) for k in range(len(CLASSES))])
-        return cls(centroids, mean, std)
-
-    def predict(self, images: torch.Tensor) -> torch.Tensor:
-        z = (image_features(images) - self.mean) / self.std
-        return torch.cdist(z, self.centroids).argmin(1)
-
-
-def fitted_classifier(seed: int = 7, count: int = 400) -> NearestCentroid:
-    images, labels = dataset(count, seed)
-    return NearestCentroid.fit(images, labels)
 
 
 # --- the model and its training ----------------------------------------------------------------------
