@@ -90,19 +90,17 @@ def test_the_classifier_reads_the_data_set():
     assert share(fitted_classifier().predict(images) == labels) == 1.0
 
 
-def test_the_classifier_reads_noisy_decodes_of_the_data_set():
+def test_the_classifier_reads_noisy_decodes_of_the_data_set(proxy):
     """A generated image is a decoded latent with errors in it: the data set's images, encoded by the
     proxy's codec with noise added to the latent (std 0.3 per unit-variance channel: grainy colour,
     every shape plain to the eye), still read as their class. Without the mask's smoothing and opening
     the noise's stray saturated pixels widen the object's box and 9% read as another shape."""
-    from krea2_proxy import SETTINGS, PatchCodec, dataset
+    from krea2_proxy import dataset
     from krea2_proxy_classifier import fitted_classifier
 
-    codec = PatchCodec.fit(dataset(SETTINGS.codec_images, seed=SETTINGS.seed + 1)[0], SETTINGS.channels,
-                           SETTINGS.codec_patch)
     images, labels = dataset(128, seed=98)
-    latent = codec.encode(images)
-    noisy = codec.decode(latent + 0.3 * torch.randn(latent.shape, generator=torch.Generator().manual_seed(0)))
+    latent = proxy.codec.encode(images)
+    noisy = proxy.codec.decode(latent + 0.3 * torch.randn(latent.shape, generator=torch.Generator().manual_seed(0)))
     assert share(fitted_classifier().predict(noisy) == labels) >= 0.95
 
 
@@ -183,8 +181,8 @@ def test_a_suggested_threshold_caches_its_count_on_a_rerun(proxy_server, proxy):
         assert abs(cached_count(rerun) - len(suggestion["cached_steps"])) <= 1, (suggestion, rerun["cached_steps"])
 
 
-@pytest.mark.parametrize("name,recipe", [("turbo", TURBO), ("raw", RAW)], ids=["turbo", "raw"])
-def test_taylorseer_at_equal_cached_steps(proxy_server, proxy, name, recipe):
+@pytest.mark.parametrize("recipe", [TURBO, RAW], ids=["turbo", "raw"])
+def test_taylorseer_at_equal_cached_steps(proxy_server, proxy, recipe):
     """With the fast step mask both runs cache the same steps (8 steps: 3, 5 and 6; 52 steps: 27 of them);
     TaylorSeer's forecast of the cached steps' residual instead of reusing the last one lowers the
     error, measured over two classes: 4.3 -> 3.5/255 at 8 steps (one class alone: 3.8 -> 3.7), 2.7 ->
