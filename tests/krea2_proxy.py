@@ -4,12 +4,13 @@ Seeded-random weights change a lot between steps, so threshold caching never tri
 and their images carry no content to lose. The proxy is ComfyUI's own Krea-2 (``SingleStreamDiT``
 at a small size) trained with rectified flow, in ComfyUI's convention, on procedural images:
 
-- the data set: 128x128 images of one shape (disc, ring, triangle, cross) of a random size, placed
+- the data set: 128x128 images of one shape (disc, ring, triangle, bar) of a random size, placed
   at random near the centre, in one of two colour schemes (warm or cool hues), on a grey gradient
   background. A class is (shape, scheme): 8 classes. The shapes differ over several of the
-  model's tokens (16x16 pixels each): a ring's hole spans about three, where a square would differ
-  from a disc only in its corner tokens, which a model this small draws round. The objects are
-  large (radius 36-40% of the image: about six tokens across). A class's
+  model's tokens (16x16 pixels each): a ring's hole spans about three, a bar is twice as wide as
+  high, where a square would differ from a disc only in its corner tokens, which a model this
+  small draws round, and a cross's arms are two tokens wide, which it draws as a blob. The objects
+  are large (radius 36-40% of the image: about six tokens across). A class's
   conditioning is one fixed seeded tensor, the one the test
   node ``Krea2TestConditioning`` makes with ``seed = class_seed(k)``; 10% of training samples get
   zero conditioning (what ``ConditioningZeroOut`` gives), so classifier-free guidance works;
@@ -51,7 +52,7 @@ CHECKPOINT_NAME = "krea2_proxy.safetensors"
 CODEC_NAME = "krea2_proxy_codec.safetensors"
 BUILD_INFO_NAME = "build.json"
 
-SHAPES = ("disc", "ring", "triangle", "cross")
+SHAPES = ("disc", "ring", "triangle", "bar")
 SCHEMES = ("warm", "cool")
 CLASSES = [f"{scheme} {shape}" for scheme in SCHEMES for shape in SHAPES]
 CLASS_SEED_BASE = 1000  # class k's conditioning: Krea2TestConditioning(seed=CLASS_SEED_BASE + k)
@@ -72,8 +73,10 @@ class ProxySettings:
     codec_patch: int = 8
     channels: int = 16
     codec_images: int = 512
-    # Training.
-    seed: int = 0
+    # Training. How well a build learns the shapes depends on its seed: of seeds 0 and 1, both
+    # trained, seed 1 drew them better on validation samples (uncached, 52 steps at CFG 3.5, noise
+    # seeds 700-763, none of them the proxy tier's: 63 of 64 read as their class against 57).
+    seed: int = 1
     # The objects: radius as a share of the image (base + span * u) and how far the centre strays
     # from the image's centre (a share of the image, either way).
     radius: tuple = (0.36, 0.04)
@@ -132,10 +135,7 @@ def _signed_distance(shape: int, dx: torch.Tensor, dy: torch.Tensor, r: torch.Te
         half_height = 0.9 * r
         edge = (dx.abs() * 2 * half_height - r * (dy + half_height)) / torch.sqrt(4 * half_height ** 2 + r ** 2)
         return torch.maximum(edge, dy - half_height)
-    arm = r / 3  # cross: two bars
-    horizontal = torch.maximum(dx.abs() - r, dy.abs() - arm)
-    vertical = torch.maximum(dx.abs() - arm, dy.abs() - r)
-    return torch.minimum(horizontal, vertical)
+    return torch.maximum(dx.abs() - r, dy.abs() - r / 2)  # bar: a rectangle twice as wide as high
 
 
 def sample_images(labels: torch.Tensor, generator: torch.Generator, size: int = SETTINGS.image_size,
@@ -167,11 +167,11 @@ def sample_images(labels: torch.Tensor, generator: torch.Generator, size: int = 
     return images
 
 
-def dataset(count: int, seed: int, size: int = SETTINGS.image_size) -> tuple[torch.Tensor, torch.Tensor]:
+def dataset(count: int, seed: int, settings: ProxySettings = SETTINGS) -> tuple[torch.Tensor, torch.Tensor]:
     """``count`` labelled images, balanced over the classes, from ``seed``."""
     generator = torch.Generator().manual_seed(seed)
     labels = torch.arange(count) % len(CLASSES)
-    return sample_images(labels, generator, size), labels
+    return sample_images(labels, generator, settings.image_size, settings), labels
 
 
 # --- the latent codec ------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def train(comfy_root: Path, out_dir: Path, settings: ProxySettings = SETTINGS, p
     torch.manual_seed(s.seed)
     started, cpu_started = time.perf_counter(), time.process_time()
 
-    codec_images, _ = dataset(s.codec_images, seed=s.seed + 1)
+    codec_images, _ = dataset(s.codec_images, seed=s.seed + 1, settings=s)  # the images it trains on
     codec = PatchCodec.fit(codec_images, s.channels, s.codec_patch)
     from comfy.latent_formats import Wan21
 

@@ -21,13 +21,27 @@ HOLE_SHARE = 0.05
 
 
 def object_mask(images: torch.Tensor) -> torch.Tensor:
-    """(B, H, W): the saturated (object) pixels. Saturation is read on a 5x5 local mean, and the mask
-    opened (eroded, then dilated, 5x5): a generated image's colour noise and stray specks would
-    otherwise widen the object's bounding box, and a recognisable shape would read as another."""
+    """(B, H, W): the saturated (object) pixels. Saturation is read on a 5x5 local mean, the mask
+    opened (eroded, then dilated, 5x5), and only its largest connected part kept: a generated
+    image's colour noise and stray specks would otherwise widen the object's bounding box, and a
+    recognisable shape would read as another."""
     smooth = F.avg_pool2d(images.float(), 5, stride=1, padding=2, count_include_pad=False)
     mask = ((smooth.amax(1) - smooth.amin(1)) > 0.3).float()[:, None]
     mask = -F.max_pool2d(-mask, 5, stride=1, padding=2)
-    return F.max_pool2d(mask, 5, stride=1, padding=2)[:, 0]
+    mask = F.max_pool2d(mask, 5, stride=1, padding=2)[:, 0]
+    return torch.stack([largest_part(m) for m in mask])
+
+
+def largest_part(mask: torch.Tensor) -> torch.Tensor:
+    """(H, W) 0/1 -> the same with only its largest 4-connected part."""
+    import numpy as np
+    from scipy import ndimage
+
+    parts, count = ndimage.label(mask.numpy() > 0)
+    if count <= 1:
+        return mask
+    largest = 1 + np.bincount(parts.ravel())[1:].argmax()
+    return torch.from_numpy(parts == largest).to(mask.dtype)
 
 
 def enclosed_background(mask: torch.Tensor) -> torch.Tensor:
@@ -47,8 +61,9 @@ def enclosed_background(mask: torch.Tensor) -> torch.Tensor:
 def image_features(images: torch.Tensor) -> torch.Tensor:
     """Per image, of its object (``object_mask``): fill of its bounding box, centroid height in it,
     fill of the box's top corners and of its bottom corners, whether it has a hole (its holes'
-    share of its filled area, as a fraction of ``HOLE_SHARE``, at most 1), and warm-vs-cool hue.
-    (B, 6); NaN-free."""
+    share of its filled area, as a fraction of ``HOLE_SHARE``, at most 1), the box's aspect (log of
+    width over height: a bar's is log 2, the other shapes' near 0), and warm-vs-cool hue.
+    (B, 7); NaN-free."""
     mask = object_mask(images)                                          # (B, H, W)
     holes = enclosed_background(mask)
     hole = (holes.sum((1, 2)) / (holes + mask).sum((1, 2)).clamp(min=1) / HOLE_SHARE).clamp(0, 1)
@@ -59,7 +74,7 @@ def image_features(images: torch.Tensor) -> torch.Tensor:
     for i in range(b):
         m = mask[i] > 0
         if m.sum() < 16:
-            features.append(torch.zeros(6))
+            features.append(torch.zeros(7))
             continue
         y, x = ys[i][m], xs[i][m]
         y0, y1 = torch.quantile(y, 0.01), torch.quantile(y, 0.99) + 1
@@ -71,7 +86,8 @@ def image_features(images: torch.Tensor) -> torch.Tensor:
         top = box[: bh // 3, : bw // 3].mean() / 2 + box[: bh // 3, -(bw // 3):].mean() / 2 if bh >= 3 and bw >= 3 else fill
         bottom = box[-(bh // 3):, : bw // 3].mean() / 2 + box[-(bh // 3):, -(bw // 3):].mean() / 2 if bh >= 3 and bw >= 3 else fill
         warm = (images[i, 0][m] - images[i, 2][m]).mean()
-        features.append(torch.stack([fill, centroid, top, bottom, hole[i], warm]).float())
+        aspect = torch.log((x1 - x0) / (y1 - y0))
+        features.append(torch.stack([fill, centroid, top, bottom, hole[i], aspect, warm]).float())
     return torch.nan_to_num(torch.stack(features))
 
 
