@@ -2,11 +2,15 @@
 
 - ``registry``: which transformer classes are supported and where their blocks are;
 - ``settings``: node settings and step masks, resolved per run;
+- ``calibrators``: cache-dit's calibrators as the node offers them;
 - ``step_clock``: which sampling step a model call belongs to;
 - ``cache_run``: cache-dit enabled for exactly one sampling run, and each call routed;
+- ``multi_device``: a ``CacheRun`` per device copy and one caching decision per step;
+- ``foreign_serves``: calls another step cache answered, seen by their effect;
+- ``observation``: what a run saw (calls, layouts, traces, warnings), handed out when it ends;
 - ``diagnostics``: residual changes as cache-dit compares them, per-step reasons, the threshold advisor;
-- ``run_record``: a finished run's record (call timing, diagnostics, estimate);
-- ``stats``: what a run cached, as served to the log, the HTTP route and the UI;
+- ``run_record``: the record built from a run's observations (the log, the HTTP route and the UI share it);
+- ``strict_json``: everything published is strict JSON (non-finite numbers become null);
 - ``image_compare``: MAE, PSNR and a difference heatmap of two images (the compare node).
 
 The seeded-random Krea-2 checkpoints that tests, demos and benchmarks use are not part of the

@@ -3,7 +3,8 @@
 Data path: the node's OUTER_SAMPLE wrapper opens a ``CacheRun`` (enable
 cache-dit), the DIFFUSION_MODEL wrapper sends every model call through
 ``CacheRun.model_call`` (route it), and the ``finally`` of the sampling run
-closes it (disable cache-dit, publish the stats).
+closes it (disable cache-dit) and builds the record from the run's
+``observation`` (``run_record.build``).
 
 Why routing is needed: cache-dit counts *calls*. With ``has_separate_cfg`` it
 assumes calls alternate between two streams (cond/uncond) and keeps a residual
@@ -23,18 +24,22 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import threading
 import types
+from typing import Callable
 
 import torch
 
 from .calibrators import calibrator_config
 from .diagnostics import DecisionRules, StreamTrace
+from .foreign_serves import ForeignServeWatch
+from .observation import Call, CallTimer, RunObservation, exit_status
 from .registry import ResolvedTransformer
-from .run_record import CallTimer, TimedCall, build_record
 from .settings import RunPlan
-from .step_cache_conflicts import ForeignServeWatch
-from .stats import CallOutcome, RunRecord
 from .step_clock import StepClock
+
+# Told each block's true place before it runs: (index, total blocks, the block's keyword arguments).
+BlockIndexTeller = Callable[[int, int, dict], None]
 
 logger = logging.getLogger(__name__)
 
@@ -119,33 +124,31 @@ def _cfg_mode(branches: tuple[int, ...], conds_per_step: int) -> str:
 class CacheRun:
     """cache-dit enabled on ``target`` for one sampling run; use as a context manager."""
 
-    def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, cfg: float,
-                 conds_per_step: int, node_id: str = "", prompt_id: str = "", guidance: dict | None = None,
-                 host=None):
+    def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, conds_per_step: int,
+                 host=None, tell_block_index: BlockIndexTeller | None = None):
         self.target = target
         # The module the sampler calls (the transformer, or a module around it); calls into any
         # other module (e.g. a copy on another GPU) are not this run's.
         self.host = host if host is not None else target.module
         self.plan = plan
         self.clock = clock
-        self.cfg = float(cfg)
-        self.guidance = dict(guidance or {})
         # How many conds the guider evaluates per step (1 without an uncond pass).
         self.conds_per_step = int(conds_per_step)
-        self.node_id = node_id
-        self.prompt_id = prompt_id
+        # While cache-dit runs, the model's own loop sees one wrapper (index 0 of 1), not the blocks
+        # inside it: the host may want each block told its true place (e.g. for attention patches).
+        self._tell_block_index = tell_block_index
         self.layout: CallLayout | None = None
         self.first_layout: CallLayout | None = None
         self.contexts = 0
-        self.outcomes: list[CallOutcome] = []
-        self.record: RunRecord | None = None
+        self.calls: list[Call] = []
+        self.observation: RunObservation | None = None
         self._single_stream_seen = self.conds_per_step < 2
         # Read once: while cache-dit runs, the module's block list is its single wrapper.
         self._original_blocks = target.blocks
         self.num_blocks = len(self._original_blocks)
         self._blocks_counted = 0
         self._hooks: list = []
-        self.warnings = list(plan.warnings)
+        self.warnings: list[str] = []   # the run's own; the plan's are the plan's
         # The first block only a computed call runs (a cached one skips to the Bn blocks), if any.
         middle = plan.settings.Fn_compute_blocks
         self._first_middle_block = middle if middle < self.num_blocks - plan.settings.Bn_compute_blocks else None
@@ -154,7 +157,6 @@ class CacheRun:
         self._context_starts: list[int] = []
         self._tracing: tuple[StreamTrace, int] | None = None
         self._fn_input: torch.Tensor | None = None
-        self.timed_calls: list[TimedCall] = []
         self.foreign_serves = ForeignServeWatch()
 
     # --- lifetime -----------------------------------------------------------------
@@ -189,22 +191,25 @@ class CacheRun:
             self._hooks = []
             with quiet_cache_dit():
                 cache_dit.disable_cache(self.target.module)
-            status = "ok" if exc_type is None else ("interrupted" if "Interrupt" in exc_type.__name__ else "error")
-            self.record = self._record_or_none(status, failing=exc_type is not None)
         finally:
             for trace in self._traces.values():
                 trace.release()
+            self.observation = self._observe(exit_status(exc_type))
         return False
 
-    def _record_or_none(self, status: str, failing: bool) -> RunRecord | None:
-        """The run's record; when the run itself failed, a failure here must not hide its error."""
-        try:
-            return build_record(self, status)
-        except Exception:
-            if not failing:
-                raise
-            logger.exception("Krea-2 Cache-DiT: no stats for this failed run (the run's own error follows)")
-            return None
+    @property
+    def observations(self) -> list[RunObservation]:
+        """This run's observation, as the one device of a run (see ``MultiDeviceRun``)."""
+        return [self.observation] if self.observation is not None else []
+
+    parallel = None  # only a run on several devices has a ParallelOutcome
+
+    def _observe(self, status: str) -> RunObservation:
+        layout = self.first_layout
+        return RunObservation(
+            status=status, num_blocks=self.num_blocks, module_id=id(self.host), calls=tuple(self.calls),
+            cfg_mode=layout.mode if layout else None, has_separate_cfg=bool(layout and layout.separate_cfg),
+            cache_contexts=self.contexts, traces=tuple(self.stream_traces()), warnings=tuple(self.warnings))
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
@@ -236,9 +241,8 @@ class CacheRun:
             self.warnings.append(self.foreign_serves.warning())
         if trace is not None:
             trace.finish(step, cached)
-        self.timed_calls.append(TimedCall(key, served, cached, timer))
-        self.outcomes.append(CallOutcome(step, key.branches, served, self._blocks_counted, self.num_blocks,
-                                         sigma=sigma))
+        self.calls.append(Call(step, key.branches, key, served, cached, self._blocks_counted, sigma, timer,
+                               threading.current_thread().name))
 
     @contextlib.contextmanager
     def uncached(self):
@@ -321,14 +325,9 @@ class CacheRun:
 
     @torch.compiler.disable
     def _before_block(self, index, module, args, kwargs):
-        # Count what really ran, and tell the block its true place in the model: while cache-dit
-        # runs, the model's own loop sees one wrapper (index 0 of 1), not the blocks inside it.
-        self._blocks_counted += 1
-        option_name = self.target.family.block_options_kwarg
-        options = kwargs.get(option_name) if option_name else None
-        if isinstance(options, dict):
-            options["block_index"] = index
-            options["total_blocks"] = self.num_blocks
+        self._blocks_counted += 1  # what really ran
+        if self._tell_block_index is not None:
+            self._tell_block_index(index, self.num_blocks, kwargs)
         if self._tracing is not None:
             if index == 0:
                 self._fn_input = args[0] if args else kwargs.get("hidden_states")
@@ -347,7 +346,7 @@ class CacheRun:
         self._fn_input = None
         return None
 
-    # --- stats --------------------------------------------------------------------
+    # --- what the run saw -----------------------------------------------------------
     def stream_traces(self) -> list[tuple[StreamTrace, DecisionRules]]:
         """Each stream's trace with the rules of its context (what the advisor replays)."""
         rules = self._context_rules()

@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from typing import Callable
 
 import numpy
 import torch
@@ -214,25 +213,6 @@ class DecisionRules:
             return False, THRESHOLD_OFF
         return None
 
-    def replay(self, steps: list[int], change: Callable[[int, int], float | None],
-               threshold: float | None = None) -> dict[int, tuple[bool, str]]:
-        """What cache-dit decides at each of ``steps`` when the change from step k to t is ``change(k, t)``."""
-        threshold = self.threshold if threshold is None else threshold
-        rules = self if threshold == self.threshold else dataclasses.replace(self, threshold=threshold)
-        # cache-dit: change < threshold, and a threshold of 1 or more caches without comparing.
-        return rules.replay_by(steps, change, lambda value: threshold >= 1.0 or value < threshold)
-
-    def replay_by(self, steps: list[int], change: Callable[[int, int], float | None],
-                  passes: Callable[[float], bool]) -> dict[int, tuple[bool, str]]:
-        """The same walk, with ``passes(change)`` deciding where the threshold decides."""
-        def by_threshold(step: int, reference: int | None) -> tuple[bool, str]:
-            value = None if reference is None else change(reference, step)
-            if value is None:
-                return False, NO_REFERENCE
-            return passes(value), THRESHOLD
-
-        return self._walk(steps, by_threshold)
-
     def explain(self, steps: list[int], cached: dict[int, bool]) -> dict[int, str]:
         """The reason for each step's actual outcome (the same rules, following what really happened)."""
         def as_it_happened(step: int, reference: int | None) -> tuple[bool, str]:
@@ -345,10 +325,6 @@ def threshold_intervals(rules: DecisionRules, change: PairChanges) -> list[tuple
         low = high
 
 
-def _always(value: float) -> bool:
-    return True
-
-
 def _cached_steps_in(partitions, low: float) -> list[int]:
     """Steps every stream of their context caches at thresholds just above ``low``, over all contexts."""
     by_context: dict[int, list[frozenset[int]]] = {}
@@ -377,30 +353,3 @@ def _spread(suggestions: list[dict], limit: int) -> list[dict]:
     """At most ``limit`` suggestions, spread over the counts (always keeping the smallest and largest)."""
     picks = sorted({round(i * (len(suggestions) - 1) / (limit - 1)) for i in range(limit)})
     return [suggestions[i] for i in picks]
-
-
-# --- time saved ----------------------------------------------------------------------------
-
-def estimate_uncached_seconds(duration_s: float, calls: list[tuple[object, bool, bool, float]]) -> float:
-    """The run's time had no call been cached, from its own timings.
-
-    ``calls``: per model call (stream key, served by cache-dit, cached, seconds).
-    A cached call would have cost what a computed call of the same stream costs
-    (its median, which ignores a slow first call); everything else in the run
-    (sampler, text tokens, extra calls) is measured as it was.
-    """
-    full: dict[object, list[float]] = {}
-    for key, served, cached, seconds in calls:
-        if served and not cached:
-            full.setdefault(key, []).append(seconds)
-    estimate = duration_s
-    for key, served, cached, seconds in calls:
-        if served and cached and full.get(key):
-            estimate += max(_median(full[key]) - seconds, 0.0)
-    return estimate
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2

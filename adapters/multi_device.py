@@ -33,12 +33,10 @@ import time
 
 import torch
 
-from .cache_run import CacheRun, quiet_cache_dit
-from .run_record import CallTimer
-from .diagnostics import suggest_thresholds
+from .cache_run import BlockIndexTeller, CacheRun, quiet_cache_dit
+from .observation import ParallelOutcome, RunObservation
 from .registry import ResolvedTransformer
 from .settings import RunPlan
-from .stats import RunRecord, summarize_steps
 from .step_clock import StepClock
 
 # The least time a device that voted "cache" waits for the votes of the devices that voted in the
@@ -47,8 +45,6 @@ from .step_clock import StepClock
 MIN_WAIT_S = 10.0
 # How many times the longest gap seen between the devices' votes of one step a device waits.
 WAIT_PER_GAP = 10.0
-# A step's reason on a device that would have cached it, had another device not computed it.
-OTHER_DEVICE = "other_device"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,9 +180,6 @@ class DeviceRun:
         self.run = run
         self.clock = clock
         self.consensus = consensus
-        self.threads: list[str] = []   # per call: the name of the thread it ran on
-        # Per call: step, stream key, served by cache-dit, cached, its timer.
-        self.timings: list[tuple[int, tuple, bool, bool, CallTimer]] = []
         self._manager = None
 
     @property
@@ -198,8 +191,6 @@ class DeviceRun:
 
     @contextlib.contextmanager
     def model_call(self, sigma, branches, shapes, device=None):
-        self.threads.append(threading.current_thread().name)
-        timer = CallTimer(device)
         try:
             with self.run.model_call(sigma, branches, shapes, device=device) as served:
                 yield served
@@ -207,10 +198,6 @@ class DeviceRun:
             if self.clock.current_step is not None:
                 self.consensus.withdraw(self.clock.current_step, self.label)
             raise
-        timer.stop()
-        outcome = self.run.outcomes[-1]
-        self.timings.append((outcome.step, (outcome.branches, tuple(map(tuple, shapes))), outcome.served_by_cache_dit,
-                             outcome.cached, timer))
 
     def join_consensus(self) -> None:
         """Route cache-dit's own per-call decision on this device's module through the consensus."""
@@ -223,6 +210,9 @@ class DeviceRun:
             self._manager.__dict__.pop("can_cache", None)
             self._manager = None
 
+    def observation(self) -> RunObservation:
+        return dataclasses.replace(self.run.observation, device=self.label)
+
 
 @torch.compiler.disable
 def _shared_can_cache(device_run: DeviceRun, own_can_cache, *args, **kwargs) -> bool:
@@ -231,11 +221,10 @@ def _shared_can_cache(device_run: DeviceRun, own_can_cache, *args, **kwargs) -> 
 
 
 class MultiDeviceRun:
-    """One sampling run on several devices: a ``CacheRun`` per device, one merged record."""
+    """One sampling run on several devices: a ``CacheRun`` per device, their observations side by side."""
 
-    def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock, cfg: float,
-                 node_id: str = "", prompt_id: str = "", guidance: dict | None = None,
-                 min_wait_s: float = MIN_WAIT_S):
+    def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock,
+                 tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
@@ -244,10 +233,11 @@ class MultiDeviceRun:
         self.devices = []
         for device in devices:
             device_clock = self.clock.for_device(device.label)
-            run = CacheRun(device.target, plan, device_clock, cfg=cfg, conds_per_step=device.conds_per_step,
-                           node_id=node_id, prompt_id=prompt_id, guidance=guidance, host=device.host)
+            run = CacheRun(device.target, plan, device_clock, conds_per_step=device.conds_per_step,
+                           host=device.host, tell_block_index=tell_block_index)
             self.devices.append(DeviceRun(device, run, device_clock, self.consensus))
-        self.record: RunRecord | None = None
+        self.observations: list[RunObservation] = []
+        self.parallel: ParallelOutcome | None = None
         self._stack: contextlib.ExitStack | None = None
         self._started = 0.0
 
@@ -270,133 +260,13 @@ class MultiDeviceRun:
 
     def __exit__(self, exc_type, exc, tb):
         stack, self._stack = self._stack, None
-        stack.__exit__(exc_type, exc, tb)
-        duration = time.perf_counter() - self._started
-        self.record = merge_records(self, duration)
+        try:
+            stack.__exit__(exc_type, exc, tb)
+        finally:
+            self.observations = [device.observation() for device in self.devices]
+            self.parallel = ParallelOutcome(self.consensus.overridden(), self.consensus.timeouts(),
+                                            time.perf_counter() - self._started)
         return False
-
-
-def merge_records(run: MultiDeviceRun, duration: float) -> RunRecord:
-    """The devices' records as one: a step is cached when every device's calls of it were."""
-    records = [device.run.record for device in run.devices]
-    first = records[0]
-    outcomes = [o for device in run.devices for o in device.run.outcomes]
-    states, cached, partial = summarize_steps(outcomes, first.steps)
-    overridden = run.consensus.overridden()
-    warnings = list(dict.fromkeys(w for r in records for w in r.warnings))
-    for step, missing in run.consensus.timeouts().items():
-        warnings.append(f"Step {step}: {', '.join(missing)} got no work in this step (the conds changed), so "
-                        f"after waiting for it the step was computed on every device.")
-    streams = []
-    for device, record in zip(run.devices, records):
-        for stream in record.streams:
-            reasons = [OTHER_DEVICE if step in overridden and device.label in overridden[step] else reason
-                       for step, reason in zip(stream["steps"], stream["step_reasons"])]
-            streams.append({"device": device.label, **stream, "step_reasons": reasons})
-    modes = [r.cfg_mode for r in records if r.calls]
-    parallel = parallel_block_evals(run)
-    return dataclasses.replace(
-        first,
-        # "split": the step's conds went to several devices (each device's own mode is in ``devices``).
-        cfg_mode="split" if len(modes) > 1 else (modes[0] if modes else first.cfg_mode),
-        has_separate_cfg=any(r.has_separate_cfg for r in records),
-        cached_steps=cached, partial_steps=partial, step_states=states,
-        calls=sum(r.calls for r in records), extra_calls=sum(r.extra_calls for r in records),
-        cache_contexts=max(r.cache_contexts for r in records),
-        # By step, then device; each device's calls of a step in the order they ran.
-        call_log=[entry for _, entry in sorted(
-            (((entry[0], index, order), entry) for index, r in enumerate(records)
-             for order, entry in enumerate(r.call_log)), key=lambda item: item[0])],
-        block_evals=sum(r.block_evals for r in records),
-        block_evals_uncached=sum(r.block_evals_uncached for r in records),
-        warnings=warnings, duration_s=round(duration, 4),
-        estimated_uncached_s=round(parallel_uncached_seconds(run, duration), 4),
-        residual_diffs=[_max_or_none(r.residual_diffs[s] for r in records) for s in range(first.steps)],
-        step_reasons=_step_reasons(run, states, overridden),
-        streams=streams,
-        threshold_suggestions=suggest_thresholds([t for d in run.devices for t in d.run.stream_traces()]),
-        devices=[_device_summary(d, r) for d, r in zip(run.devices, records)],
-        parallel_block_evals=list(parallel),
-    )
-
-
-def _device_summary(device: DeviceRun, record: RunRecord) -> dict:
-    return {"device": device.label, "calls": record.calls, "threads": sorted(set(device.threads)),
-            "module_id": id(device.host), "cfg_mode": record.cfg_mode,
-            "has_separate_cfg": record.has_separate_cfg, "cache_contexts": record.cache_contexts,
-            "cached_steps": record.cached_steps, "partial_steps": record.partial_steps,
-            "block_evals": record.block_evals,
-            # per call: [step, branches, served_by_cache_dit, blocks_run, sigma, thread]
-            "call_log": [entry + [thread] for entry, thread in zip(record.call_log, device.threads)]}
-
-
-def _step_reasons(run: MultiDeviceRun, states: list[str], overridden: dict[int, list[str]]) -> list:
-    """A step's reason is that of a device that decided the step's outcome by its own rules."""
-    reasons = []
-    for step, state in enumerate(states):
-        working = [(d.label, d.run.record) for d in run.devices if d.run.record.calls]
-        own = [r.step_reasons[step] for label, r in working
-               if r.step_states[step] == state and label not in overridden.get(step, [])]
-        reasons.append(own[0] if own else next((r.step_reasons[step] for _, r in working), None))
-    return reasons
-
-
-def _max_or_none(values) -> float | None:
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
-
-
-def _step_costs(device: DeviceRun):
-    """Per step: the device's block evaluations, with the cache and without."""
-    with_cache: dict[int, int] = {}
-    without: dict[int, int] = {}
-    for outcome in device.run.outcomes:
-        with_cache[outcome.step] = with_cache.get(outcome.step, 0) + outcome.blocks_run
-        without[outcome.step] = without.get(outcome.step, 0) + outcome.blocks_total
-    return with_cache, without
-
-
-def parallel_block_evals(run: MultiDeviceRun) -> tuple[int, int]:
-    """Block evaluations on the busiest device of each step, with the cache and without.
-
-    Devices run a step side by side and the sampler waits for the slowest, so this, not the sum
-    over devices, is what the wall time follows.
-    """
-    costs = [_step_costs(device) for device in run.devices]
-    steps = sorted({s for with_cache, _ in costs for s in with_cache})
-    with_cache = sum(max(c[0].get(s, 0) for c in costs) for s in steps)
-    without = sum(max(c[1].get(s, 0) for c in costs) for s in steps)
-    return with_cache, without
-
-
-def parallel_uncached_seconds(run: MultiDeviceRun, duration: float) -> float:
-    """The run's time had nothing been cached, with the devices running each step side by side.
-
-    A cached call would have cost its stream's median computed call on its device (as for one
-    device, see ``estimate_uncached_seconds``); a step would have taken its slowest device's time.
-    """
-    actual: dict[int, dict[str, float]] = {}
-    uncached: dict[int, dict[str, float]] = {}
-    for device in run.devices:
-        timings = [(step, key, served, cached, timer.seconds()) for step, key, served, cached, timer in device.timings]
-        full: dict[object, list[float]] = {}
-        for _, key, served, cached, seconds in timings:
-            if served and not cached:
-                full.setdefault(key, []).append(seconds)
-        for step, key, served, cached, seconds in timings:
-            would = _median(full[key]) if served and cached and full.get(key) else seconds
-            actual.setdefault(step, {}).setdefault(device.label, 0.0)
-            uncached.setdefault(step, {}).setdefault(device.label, 0.0)
-            actual[step][device.label] += seconds
-            uncached[step][device.label] += max(would, seconds)
-    saved = sum(max(uncached[s].values()) - max(actual[s].values()) for s in actual)
-    return duration + max(saved, 0.0)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def conds_per_device(total_conds: int, devices: int) -> list[int]:

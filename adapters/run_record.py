@@ -1,59 +1,321 @@
 """A finished run's record: what was cached, why, how long it took, what the advisor suggests.
 
-``CacheRun`` routes the calls and collects what happened; this turns that into the
-``RunRecord`` the log, the HTTP route and the UI share. It reads the device once
-per kind of value (the call timings, the sigmas, the measured changes), here at
-the end of the run and not per call.
+``build`` makes the ``RunRecord`` (shared by the log, the HTTP route and the UI) from the
+run's plan and clock, the ``RunObservation`` of each device and the run's metadata. One
+device is the one-element case: the merge of several devices, the time estimate and the
+threshold advisor exist once and run once. It reads the device once per kind of value (the
+call timings, the sigmas, the measured changes), here at the end of the run, not per call.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import time
+import logging
+from typing import Sequence
 
 import torch
 
-from .diagnostics import DecisionRules, StreamTrace, estimate_uncached_seconds, suggest_thresholds
-from .stats import CallOutcome, RunRecord, summarize_steps
+from .calibrators import calibrator_summary
+from .diagnostics import suggest_thresholds
+from .observation import Call, ParallelOutcome, RunObservation
+from .settings import RunPlan
+from .strict_json import finite_or_null, replaced_warning
+
+logger = logging.getLogger(__name__)
+
+# A step's reason on a device that would have cached it, had another device not computed it.
+OTHER_DEVICE = "other_device"
 
 
-class CallTimer:
-    """Wall time of one model call: CUDA events on a GPU (no sync per call), else the CPU clock."""
+@dataclasses.dataclass(frozen=True)
+class RunMeta:
+    """Who asked for the run and with what guidance: facts the engine never needs."""
 
-    def __init__(self, device):
-        self._cuda = device is not None and torch.device(device).type == "cuda"
-        if self._cuda:
-            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self._start.record()
-        else:
-            self._begun, self._ended = time.perf_counter(), None
-
-    def stop(self):
-        if self._cuda:
-            self._end.record()
-        else:
-            self._ended = time.perf_counter()
-
-    def seconds(self) -> float:
-        return self.seconds_until(self)
-
-    def seconds_until(self, last: "CallTimer") -> float:
-        """From this call's start to the end of ``last`` (the same clock; waits for the device once)."""
-        if self._cuda:
-            last._end.synchronize()
-            return self._start.elapsed_time(last._end) / 1000.0
-        return last._ended - self._begun
+    node_id: str = ""
+    prompt_id: str = ""
+    cfg: float = 1.0
+    guidance: dict = dataclasses.field(default_factory=dict)  # the guider and the scales it really uses
+    warnings: tuple[str, ...] = ()                            # said about the run from outside the engine
 
 
 @dataclasses.dataclass
-class TimedCall:
-    stream: object          # the call's StreamKey
-    served: bool            # by cache-dit
-    cached: bool
-    timer: CallTimer
+class RunRecord:
+    node_id: str
+    prompt_id: str
+    model: str
+    steps_mask: str
+    mask: list[int] | None        # the step mask built for this run (1 = compute), None without one
+    steps: int
+    sigmas: list                  # the run's sigma schedule (steps + 1 values)
+    cfg: float
+    guidance: dict                # the guider and the scales it really uses (e.g. cfg1/cfg2 of dual CFG)
+    cfg_mode: str | None          # "none", "batched" or "split"; None when no model call was made
+    has_separate_cfg: bool
+    settings: dict
+    cached_steps: list[int]
+    partial_steps: list[int]
+    step_states: list[str]
+    calls: int
+    extra_calls: int
+    cache_contexts: int           # > 1 when the call layout changed mid-run and a fresh context started
+    block_evals: int
+    block_evals_uncached: int
+    call_log: list[list]          # per call: [step, branches, served_by_cache_dit, blocks_run, sigma]
+    status: str                   # "ok", "interrupted", "error", or "skipped" (left uncached, see warnings)
+    warnings: list[str]
+    duration_s: float
+    estimated_uncached_s: float   # the same run had nothing been cached, from its own call timings
+    residual_diffs: list          # per step: relative Fn residual change vs the last computed step (max over streams)
+    step_reasons: list            # per step: why it was computed or cached (warmup, mask, threshold, ...)
+    streams: list                 # per stream and context: its diffs, cached steps and reasons
+    threshold_suggestions: list   # [{"threshold", "range", "cached_steps"}], by threshold
+    # Multi-device runs: one summary per device (calls, threads, cached steps, its own CFG mode),
+    # and the block evaluations of the busiest device per step [with the cache, without], which the
+    # wall time follows when the devices run side by side. Empty / None on one device.
+    devices: list = dataclasses.field(default_factory=list)
+    parallel_block_evals: list | None = None
+
+    @property
+    def estimated_speedup(self) -> float:
+        return self.estimated_uncached_s / self.duration_s if self.duration_s > 0 else 1.0
+
+    @property
+    def estimated_saved_s(self) -> float:
+        return max(self.estimated_uncached_s - self.duration_s, 0.0)
+
+    @property
+    def blocks_saved(self) -> float:
+        if not self.block_evals_uncached:
+            return 0.0
+        return 1.0 - self.block_evals / self.block_evals_uncached
+
+    @property
+    def ideal_speedup(self) -> float:
+        """Block evaluations without the cache over those with it (on the busiest device of each step)."""
+        with_cache, without = self.parallel_block_evals or (self.block_evals, self.block_evals_uncached)
+        return without / with_cache if with_cache else 1.0
+
+    @property
+    def device_count(self) -> int:
+        return max(1, len(self.devices))
+
+    @property
+    def calibrator(self) -> dict | None:
+        """The calibrator that ran and the parameters it read (None for a run left uncached)."""
+        return calibrator_summary(self.settings, self.streams)
+
+    def as_dict(self) -> dict:
+        """The record as strict JSON data: a non-finite number becomes None, with a warning saying where."""
+        data = dataclasses.asdict(self)
+        data["blocks_saved"] = round(self.blocks_saved, 4)
+        data["ideal_speedup"] = round(self.ideal_speedup, 4)
+        data["estimated_speedup"] = round(self.estimated_speedup, 4)
+        data["estimated_saved_s"] = round(self.estimated_saved_s, 4)
+        data["calibrator"] = self.calibrator
+        data["device_count"] = self.device_count
+        data, replaced = finite_or_null(data)
+        if replaced:
+            data["warnings"].append(replaced_warning(replaced))
+        return data
+
+    def log_line(self) -> str:
+        return (f"Krea-2 Cache-DiT [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
+                f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
+                f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
+                f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
+                f"has_separate_cfg={self.has_separate_cfg}, calibrator {_calibrator_text(self.calibrator)}, "
+                f"{f'{self.device_count} devices, ' if self.device_count > 1 else ''}"
+                f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
+                f"{'' if self.status == 'ok' else f', run {self.status}'}")
 
 
-def sampling_seconds(calls: list[TimedCall]) -> float:
+def _calibrator_text(calibrator: dict | None) -> str:
+    if not calibrator:
+        return "none"
+    parameters = [f"{key}={value}" for key, value in calibrator.items() if key != "name"]
+    return calibrator["name"] + (f" ({', '.join(parameters)})" if parameters else "")
+
+
+# --- building --------------------------------------------------------------------------------
+
+def record_or_none(plan: RunPlan, clock, model: str, observations: Sequence[RunObservation], meta: RunMeta,
+                   parallel: ParallelOutcome | None = None) -> RunRecord | None:
+    """``build``, except that when the run itself failed, a failure here must not hide its error."""
+    failing = any(o.status != "ok" for o in observations)
+    try:
+        return build(plan, clock, model, observations, meta, parallel)
+    except Exception:
+        if not failing:
+            raise
+        logger.exception("Krea-2 Cache-DiT: no stats for this failed run (the run's own error follows)")
+        return None
+
+
+def build(plan: RunPlan, clock, model: str, observations: Sequence[RunObservation], meta: RunMeta,
+          parallel: ParallelOutcome | None = None) -> RunRecord:
+    """The record of a run on one device (one observation) or several (one each, and ``parallel``).
+
+    ``clock`` is the run's step clock (its steps, sigmas and warnings); ``model`` the family's name.
+    """
+    steps = clock.steps
+    overridden = parallel.overridden if parallel else {}
+    devices = [_DeviceView(o, steps) for o in observations]
+    calls = [call for o in observations for call in o.calls]
+    states, cached, partial = summarize_steps(calls, steps)
+    working = [d for d in devices if d.observation.calls]
+    modes = [d.observation.cfg_mode for d in working]
+    seconds = [d.seconds for d in devices]
+    duration = parallel.wall_s if parallel else sampling_seconds(observations[0].calls)
+    sigmas = [call_sigmas(o.calls) for o in observations]   # one device read each
+    settings = plan.settings
+    return RunRecord(
+        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=model,
+        steps_mask=settings.steps_mask, mask=list(plan.mask) if plan.mask else None,
+        steps=steps, sigmas=[round(v, 6) for v in clock.sigmas], cfg=float(meta.cfg), guidance=dict(meta.guidance),
+        # "split" across devices: the step's conds went to several devices (each one's own mode is in ``devices``).
+        cfg_mode="split" if len(modes) > 1 else (modes[0] if modes else observations[0].cfg_mode),
+        has_separate_cfg=any(o.has_separate_cfg for o in observations),
+        settings=dataclasses.asdict(settings), cached_steps=cached, partial_steps=partial, step_states=states,
+        calls=len(calls), extra_calls=sum(not c.served for c in calls),
+        cache_contexts=max(o.cache_contexts for o in observations),
+        call_log=_call_log(observations, sigmas, merged=parallel is not None),
+        block_evals=sum(c.blocks_run for c in calls),
+        block_evals_uncached=sum(len(o.calls) * o.num_blocks for o in observations),
+        status=next((o.status for o in observations if o.status != "ok"), "ok"),
+        warnings=_warnings(plan, clock, observations, meta, parallel),
+        duration_s=round(duration, 4),
+        estimated_uncached_s=round(estimate_uncached_seconds(duration, observations, seconds), 4),
+        residual_diffs=[_max_or_none(d.diffs[s] for d in devices) for s in range(steps)],
+        step_reasons=[_step_reason(working, step, state, overridden) for step, state in enumerate(states)],
+        streams=[stream for d in devices for stream in d.streams(overridden, labelled=parallel is not None)],
+        threshold_suggestions=suggest_thresholds([t for o in observations for t in o.traces]),
+        devices=[d.summary(own) for d, own in zip(devices, sigmas)] if parallel else [],
+        parallel_block_evals=list(parallel_block_evals(observations)) if parallel else None,
+    )
+
+
+def skipped_record(steps: int, meta: RunMeta, reason: str) -> RunRecord:
+    """The record of a run the pack left uncached on purpose, saying why."""
+    return RunRecord(
+        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model="", steps_mask="none", mask=None,
+        steps=steps, sigmas=[], cfg=meta.cfg, guidance=dict(meta.guidance), cfg_mode=None, has_separate_cfg=False,
+        settings={}, cached_steps=[], partial_steps=[], step_states=["uncached"] * steps, calls=0, extra_calls=0,
+        cache_contexts=0, block_evals=0, block_evals_uncached=0, call_log=[], status="skipped",
+        warnings=[reason, *meta.warnings], duration_s=0.0, estimated_uncached_s=0.0,
+        residual_diffs=[None] * steps, step_reasons=["skipped"] * steps, streams=[], threshold_suggestions=[])
+
+
+class _DeviceView:
+    """One observation's own step states and diagnostics (what a device decided by its own rules)."""
+
+    def __init__(self, observation: RunObservation, steps: int):
+        self.observation = observation
+        self.states = summarize_steps(observation.calls, steps)[0]
+        self.diffs: list[float | None] = [None] * steps
+        self.reasons: list[str | None] = [None] * steps
+        self._streams: list[dict] = []
+        self.seconds = [call.timer.seconds() for call in observation.calls]
+        for trace, rules in observation.traces:
+            self._add_stream(trace, rules)
+
+    def _add_stream(self, trace, rules) -> None:
+        measured = trace.measured_diffs()
+        order = sorted(trace.cached)
+        why = rules.explain(order, trace.cached)
+        for step in order:
+            value = measured.get(step)
+            if value is not None and (self.diffs[step] is None or value > self.diffs[step]):
+                self.diffs[step] = value
+            # A step's reason is that of a stream whose outcome is the step's outcome.
+            if self.reasons[step] is None or (self.states[step] != "cached" and not trace.cached[step]):
+                self.reasons[step] = why[step]
+        # The changes keep every digit: rounded, one just below the threshold could show on it.
+        self._streams.append({"branches": list(trace.branches), "context": trace.context,
+                              "start_step": trace.start_step,
+                              "residual_diffs": [measured.get(s) for s in order], "steps": order,
+                              "cached_steps": [s for s in order if trace.cached[s]],
+                              "step_reasons": [why[s] for s in order]})
+
+    def streams(self, overridden: dict[int, list[str]], labelled: bool) -> list[dict]:
+        if not labelled:
+            return self._streams
+        label = self.observation.device
+        return [{"device": label, **stream,
+                 "step_reasons": [OTHER_DEVICE if label in overridden.get(step, ()) else reason
+                                  for step, reason in zip(stream["steps"], stream["step_reasons"])]}
+                for stream in self._streams]
+
+    def summary(self, sigmas: list[float]) -> dict:
+        o = self.observation
+        _, cached, partial = summarize_steps(o.calls, len(self.states))
+        return {"device": o.device, "calls": len(o.calls), "threads": sorted({c.thread for c in o.calls}),
+                "module_id": o.module_id, "cfg_mode": o.cfg_mode, "has_separate_cfg": o.has_separate_cfg,
+                "cache_contexts": o.cache_contexts, "cached_steps": cached, "partial_steps": partial,
+                "block_evals": sum(c.blocks_run for c in o.calls),
+                # per call: [step, branches, served_by_cache_dit, blocks_run, sigma, thread]
+                "call_log": [[c.step, list(c.branches), c.served, c.blocks_run, sigma, c.thread]
+                             for c, sigma in zip(o.calls, sigmas)]}
+
+
+def _step_reason(working: list[_DeviceView], step: int, state: str, overridden: dict[int, list[str]]):
+    """A step's reason is that of a device that decided the step's outcome by its own rules."""
+    own = [d.reasons[step] for d in working
+           if d.states[step] == state and d.observation.device not in overridden.get(step, [])]
+    return own[0] if own else next((d.reasons[step] for d in working), None)
+
+
+def _warnings(plan, clock, observations, meta: RunMeta, parallel: ParallelOutcome | None) -> list[str]:
+    warnings = list(dict.fromkeys([*plan.warnings, *(w for o in observations for w in o.warnings)]))
+    for step, missing in (parallel.timeouts if parallel else {}).items():
+        warnings.append(f"Step {step}: {', '.join(missing)} got no work in this step (the conds changed), so "
+                        f"after waiting for it the step was computed on every device.")
+    return [*warnings, *meta.warnings, *clock.warnings()]
+
+
+def _call_log(observations: Sequence[RunObservation], sigmas: list[list[float]], merged: bool) -> list[list]:
+    """Per call: [step, branches, served, blocks_run, sigma]; several devices' by step, then device."""
+    entries = []
+    for index, (observation, own) in enumerate(zip(observations, sigmas)):
+        for order, (call, sigma) in enumerate(zip(observation.calls, own)):
+            entry = [call.step, list(call.branches), call.served, call.blocks_run, sigma]
+            entries.append(((call.step, index, order), entry))
+    if merged:
+        entries.sort(key=lambda item: item[0])
+    return [entry for _, entry in entries]
+
+
+def summarize_steps(calls: Sequence[Call], steps: int) -> tuple[list[str], list[int], list[int]]:
+    """Per-step state from the calls cache-dit served: all cached, some, or none."""
+    served: dict[int, list[bool]] = collections.defaultdict(list)
+    for call in calls:
+        if call.served:
+            served[call.step].append(call.cached)
+    states = []
+    for step in range(steps):
+        flags = served.get(step, [])
+        if flags and all(flags):
+            states.append("cached")
+        elif any(flags):
+            states.append("partial")
+        else:
+            states.append("computed")
+    cached = [i for i, s in enumerate(states) if s == "cached"]
+    partial = [i for i, s in enumerate(states) if s == "partial"]
+    return states, cached, partial
+
+
+def call_sigmas(calls: Sequence[Call]) -> list[float]:
+    """Each call's sigma as a float, read from the device in one go (the calls of one device)."""
+    values = [c.sigma for c in calls]
+    tensors = [v.reshape(-1)[:1].float() for v in values if torch.is_tensor(v)]
+    read = iter(torch.cat(tensors).tolist() if tensors else [])
+    return [round(next(read) if torch.is_tensor(v) else float(v), 6) for v in values]
+
+
+# --- time ------------------------------------------------------------------------------------
+
+def sampling_seconds(calls: Sequence[Call]) -> float:
     """The sampling itself: the first model call's start to the last one's end, on the calls' clock.
 
     Not the wrapper's whole span: that would also hold ComfyUI's preparation (loading a model
@@ -62,68 +324,51 @@ def sampling_seconds(calls: list[TimedCall]) -> float:
     return calls[0].timer.seconds_until(calls[-1].timer) if calls else 0.0
 
 
-def stream_diagnostics(traces: list[tuple[StreamTrace, DecisionRules]], steps: int, states: list[str]) -> dict:
-    """Per step and per stream: the change cache-dit compared, why each step went as it did, suggestions."""
-    diffs: list[float | None] = [None] * steps
-    reasons: list[str | None] = [None] * steps
-    streams = []
-    for trace, rules in traces:
-        measured = trace.measured_diffs()
-        order = sorted(trace.cached)
-        why = rules.explain(order, trace.cached)
-        for step in order:
-            value = measured.get(step)
-            if value is not None and (diffs[step] is None or value > diffs[step]):
-                diffs[step] = value
-            # A step's reason is that of a stream whose outcome is the step's outcome.
-            if reasons[step] is None or (states[step] != "cached" and not trace.cached[step]):
-                reasons[step] = why[step]
-        streams.append({"branches": list(trace.branches), "context": trace.context,
-                        "start_step": trace.start_step,
-                        "residual_diffs": [measured.get(s) for s in order], "steps": order,
-                        "cached_steps": [s for s in order if trace.cached[s]],
-                        "step_reasons": [why[s] for s in order]})
-    # The changes keep every digit: rounded, one just below the threshold could show on it.
-    return {"residual_diffs": diffs, "step_reasons": reasons, "streams": streams,
-            "threshold_suggestions": suggest_thresholds(traces)}
+def estimate_uncached_seconds(duration_s: float, observations: Sequence[RunObservation],
+                              seconds: Sequence[Sequence[float]]) -> float:
+    """The run's time had no call been cached, from its own call timings (``seconds``: per device, per call).
+
+    A cached call would have cost what a computed call of the same stream on the same device
+    costs (its median, which ignores a slow first call); everything else in the run (sampler,
+    text tokens, extra calls) is measured as it was. Devices run a step side by side, so a step
+    takes its slowest device's time, with the cache and without.
+    """
+    actual: dict[int, dict[int, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
+    uncached: dict[int, dict[int, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
+    for device, (observation, timings) in enumerate(zip(observations, seconds)):
+        full: dict[object, list[float]] = {}
+        for call, spent in zip(observation.calls, timings):
+            if call.served and not call.cached:
+                full.setdefault(call.stream, []).append(spent)
+        for call, spent in zip(observation.calls, timings):
+            would = _median(full[call.stream]) if call.cached and full.get(call.stream) else spent
+            actual[call.step][device] += spent
+            uncached[call.step][device] += max(would, spent)
+    saved = sum(max(uncached[step].values()) - max(actual[step].values()) for step in actual)
+    return duration_s + max(saved, 0.0)
 
 
-def call_sigmas(outcomes: list[CallOutcome]) -> list[float]:
-    """Each call's sigma as a float, read from the device in one go."""
-    values = [o.sigma for o in outcomes]
-    tensors = [v.reshape(-1)[:1].float() for v in values if torch.is_tensor(v)]
-    read = iter(torch.cat(tensors).tolist() if tensors else [])
-    return [round(next(read) if torch.is_tensor(v) else float(v), 6) for v in values]
+def parallel_block_evals(observations: Sequence[RunObservation]) -> tuple[int, int]:
+    """Block evaluations on the busiest device of each step, with the cache and without.
+
+    Devices run a step side by side and the sampler waits for the slowest, so this, not the sum
+    over devices, is what the wall time follows.
+    """
+    with_cache: dict[int, list[int]] = collections.defaultdict(lambda: [0] * len(observations))
+    without: dict[int, list[int]] = collections.defaultdict(lambda: [0] * len(observations))
+    for device, observation in enumerate(observations):
+        for call in observation.calls:
+            with_cache[call.step][device] += call.blocks_run
+            without[call.step][device] += observation.num_blocks
+    return sum(map(max, with_cache.values())), sum(map(max, without.values()))
 
 
-def build_record(run, status: str) -> RunRecord:
-    """The record of a finished ``CacheRun`` (its plan, clock, outcomes, timed calls and traces)."""
-    states, cached, partial = summarize_steps(run.outcomes, run.clock.steps)
-    layout = run.first_layout
-    diagnostics = stream_diagnostics(run.stream_traces(), run.clock.steps, states)
-    duration = sampling_seconds(run.timed_calls)
-    calls = [(c.stream, c.served, c.cached, c.timer.seconds()) for c in run.timed_calls]
-    estimate = estimate_uncached_seconds(duration, calls)
-    sigmas = call_sigmas(run.outcomes)
-    for outcome, sigma in zip(run.outcomes, sigmas):
-        outcome.sigma = sigma
-    settings = run.plan.settings
-    return RunRecord(
-        node_id=str(run.node_id), prompt_id=str(run.prompt_id), model=run.target.family.name,
-        steps_mask=settings.steps_mask, mask=list(run.plan.mask) if run.plan.mask else None,
-        steps=run.clock.steps, sigmas=[round(v, 6) for v in run.clock.sigmas],
-        cfg=run.cfg, guidance=run.guidance,
-        cfg_mode=layout.mode if layout else None,
-        has_separate_cfg=bool(layout and layout.separate_cfg), settings=dataclasses.asdict(settings),
-        cached_steps=cached, partial_steps=partial, step_states=states,
-        calls=len(run.outcomes), extra_calls=sum(not o.served_by_cache_dit for o in run.outcomes),
-        cache_contexts=run.contexts,
-        call_log=[[o.step, list(o.branches), o.served_by_cache_dit, o.blocks_run, o.sigma] for o in run.outcomes],
-        block_evals=sum(o.blocks_run for o in run.outcomes),
-        block_evals_uncached=len(run.outcomes) * run.num_blocks,
-        status=status, warnings=list(run.warnings),
-        duration_s=round(duration, 4),
-        estimated_uncached_s=round(estimate, 4),
-        residual_diffs=diagnostics["residual_diffs"], step_reasons=diagnostics["step_reasons"],
-        streams=diagnostics["streams"], threshold_suggestions=diagnostics["threshold_suggestions"],
-    )
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _max_or_none(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None

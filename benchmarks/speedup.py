@@ -249,6 +249,7 @@ def run_adapters(args) -> list[dict]:
     load_pack()
     from krea2_cachedit.adapters import registry
     from krea2_cachedit.adapters.cache_run import CacheRun
+    from krea2_cachedit.adapters.run_record import RunMeta, build
     from krea2_cachedit.adapters.settings import CacheSettings, plan_run
     from krea2_cachedit.adapters.step_clock import StepClock
     from krea2_synthetic import Krea2Shape, diffusers_transformer
@@ -267,17 +268,18 @@ def run_adapters(args) -> list[dict]:
         ids[args.tokens:, 1] = torch.arange(side * side) // side
         ids[args.tokens:, 2] = torch.arange(side * side) % side
         run = None
+        target, clock = registry.resolve(transformer), StepClock(sigmas)
         if settings is not None:
-            target = registry.resolve(transformer)
-            clock = StepClock(sigmas)
-            run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, 1.0, conds_per_step=1)
+            run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, conds_per_step=1)
         started = time.perf_counter()
         with torch.inference_mode(), (run if run else contextlib.nullcontext()):
             for i in range(args.steps):
                 with (run.model_call(sigmas[i], [0], [x.shape]) if run else contextlib.nullcontext()):
                     v = transformer(x, context, sigmas[i:i + 1], ids).sample
                 x = x + (sigmas[i + 1] - sigmas[i]) * v
-        return time.perf_counter() - started, x, (run.record.as_dict() if run else None)
+        elapsed = time.perf_counter() - started
+        record = build(run.plan, clock, target.family.name, run.observations, RunMeta()) if run else None
+        return elapsed, x, (record.as_dict() if record else None)
 
     cases = {"uncached": None, "caching off": CacheSettings(residual_diff_threshold=0.0),
              "node defaults": CacheSettings(), "steps_mask fast": CacheSettings(steps_mask="fast"),

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import logging
+import threading
 
 from ..adapters import strict_json
-from ..adapters.stats import RECENT_RUNS, RunRecord
+from ..adapters.run_record import RunRecord
 
 STATS_ROUTE = "/krea2_cachedit/stats"
 STATS_EVENT = "krea2_cachedit.stats"
 logger = logging.getLogger(__name__)
 _registered = False
+
+
+class RecentRuns:
+    """The last runs' records as published (strict JSON data), newest last; shared between the
+    sampler and the web server threads."""
+
+    def __init__(self, limit: int = 50):
+        self._records: collections.deque[dict] = collections.deque(maxlen=limit)
+        self._lock = threading.Lock()
+
+    def add(self, data: dict) -> None:
+        with self._lock:
+            self._records.append(data)
+
+    def all(self) -> list[dict]:
+        with self._lock:
+            return list(self._records)
+
+
+RECENT_RUNS = RecentRuns()
 
 
 def register():
@@ -42,15 +63,18 @@ def publish(record: RunRecord):
         server = PromptServer.instance
     except Exception:  # no ComfyUI server (the pack's adapters used on their own)
         server = None
-    if server is not None:
-        record = dataclasses.replace(record, **prompt_origin(server, record.prompt_id))
-    data = RECENT_RUNS.add(record)
+    # Who asked for the run: the client (websocket id) that queued the prompt and the id of the
+    # editor workflow it came from; None when unknown.
+    origin = prompt_origin(server, record.prompt_id) if server is not None else {"client_id": None,
+                                                                                 "workflow_id": None}
+    data = {**record.as_dict(), **origin}
+    RECENT_RUNS.add(data)
     # Only the client that queued the prompt: another editor (tab, user) may show a node with the same id.
     # A prompt queued without a client id (an API script) has no editor to show it; the route still has it.
-    if server is None or not record.client_id:
+    if server is None or not origin["client_id"]:
         return
     try:
-        server.send_sync(STATS_EVENT, data, sid=record.client_id)
+        server.send_sync(STATS_EVENT, data, sid=origin["client_id"])
     except Exception as error:  # the stats must never fail a finished image
         logger.debug("Krea-2 Cache-DiT: could not send the stats event: %s", error)
 

@@ -21,14 +21,14 @@ import comfy.patcher_extension
 
 from ..adapters.cache_run import CacheRun
 from ..adapters.multi_device import DeviceRun, MultiDeviceRun
-from ..adapters.registry import resolve
+from ..adapters.registry import ResolvedTransformer, resolve
+from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.settings import CacheSettings, plan_run
-from ..adapters.stats import skipped_record
-from ..adapters.step_cache_conflicts import other_step_cache, refusal
 from ..adapters.step_clock import StepClock, churned_start_sigmas
 from . import multi_gpu, routes
 from .guidance import read_guidance
 from .plain_errors import plain_errors
+from .step_cache_conflicts import other_step_cache, refusal
 
 KEY = "krea2_cachedit"
 # The run now sampling each transformer, by the id of the module the sampler calls. Runs are not
@@ -97,23 +97,24 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     plan = plan_run(holder.settings, clock.steps, target.num_blocks)
     plan = dataclasses.replace(plan, warnings=holder.notes + plan.warnings)
     guidance = read_guidance(guider)
-    _publish_superseded(holder, clock.steps, guidance)
+    meta = RunMeta(node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg, guidance=guidance.as_dict(),
+                   warnings=tuple(_superseding_warnings(holder)))
+    _publish_superseded(holder, clock.steps, meta)
     devices, device_refusal = multi_gpu.device_models(multi_gpu.sampling_devices(guider.model_patcher),
                                                       guidance.conds_per_step, target.num_blocks)
     if device_refusal:
-        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, device_refusal)
+        return _run_uncached(executor, args, kwargs, holder, clock.steps, meta, device_refusal)
     other = other_step_cache(guider.model_options.get("transformer_options"), _wrapper_keys(guider.model_patcher))
     if other is not None:
-        return _run_uncached(executor, args, kwargs, holder, clock.steps, guidance, refusal(other))
+        return _run_uncached(executor, args, kwargs, holder, clock.steps, meta, refusal(other))
     for warning in plan.warnings:
         logger.warning("Krea-2 Cache-DiT: %s", warning)
+    teller = block_index_teller(target)
     if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
-        run = MultiDeviceRun(devices, plan, clock, cfg=guidance.cfg, node_id=holder.node_id,
-                             prompt_id=_prompt_id(), guidance=guidance.as_dict())
+        run = MultiDeviceRun(devices, plan, clock, tell_block_index=teller)
     else:
-        run = CacheRun(target, plan, clock, cfg=guidance.cfg, conds_per_step=guidance.conds_per_step,
-                       node_id=holder.node_id, prompt_id=_prompt_id(), guidance=guidance.as_dict(),
-                       host=guider.model_patcher.model.diffusion_model)
+        run = CacheRun(target, plan, clock, conds_per_step=guidance.conds_per_step,
+                       host=guider.model_patcher.model.diffusion_model, tell_block_index=teller)
     _report_steps_to(run.clock, args, kwargs)
     hosts = run.routes() if devices else {id(run.host): run}
     _active_runs.update(hosts)
@@ -123,14 +124,36 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     finally:
         for host in hosts:
             _active_runs.pop(host, None)
-        if run.record is not None:
-            routes.publish(_with_warnings(run.record, [*_superseding_warnings(holder), *clock.warnings()]))
+        # Built here, after cache-dit is off: a failure to build it never hides the run's own error.
+        record = record_or_none(plan, clock, target.family.name, run.observations, meta, run.parallel)
+        if record is not None:
+            _log_warnings(record, meta.warnings + tuple(clock.warnings()))
+            routes.publish(record)
 
 
-def _with_warnings(record, warnings: list[str]):
+def block_index_teller(target: ResolvedTransformer):
+    """How a block of this family learns its true place while cache-dit wraps the block list.
+
+    ComfyUI's own block loops pass ``transformer_options`` to each block, with ``block_index``
+    and ``total_blocks`` for attention patches; under cache-dit the loop sees one wrapper, so the
+    run writes the true values before each block. None for blocks that take no such options.
+    """
+    option_name = target.family.block_options_kwarg
+    if option_name is None:
+        return None
+
+    def tell(index: int, total: int, kwargs: dict) -> None:
+        options = kwargs.get(option_name)
+        if isinstance(options, dict):
+            options["block_index"] = index
+            options["total_blocks"] = total
+
+    return tell
+
+
+def _log_warnings(record, warnings) -> None:
     for warning in warnings:
         logger.warning("Krea-2 Cache-DiT [node %s]: %s", record.node_id, warning)
-    return dataclasses.replace(record, warnings=[*record.warnings, *warnings]) if warnings else record
 
 
 def _wrapper_keys(model_patcher) -> list[str]:
@@ -147,21 +170,21 @@ def _superseding_warnings(holder: CacheDiTHolder) -> list[str]:
             f"(only the last one applies); remove the one you do not want."]
 
 
-def _publish_superseded(holder: CacheDiTHolder, steps: int, guidance):
+def _publish_superseded(holder: CacheDiTHolder, steps: int, meta: RunMeta):
     """A record for each upstream Krea2CacheDiT node this one replaces, so that node says why it did nothing."""
     for node_id in holder.superseded:
         reason = (f"Krea-2 Cache-DiT node {holder.node_id} after this one on the same model replaces this node's "
                   f"settings: this node did nothing in this run. Remove one of the two nodes.")
         logger.warning("Krea-2 Cache-DiT [node %s]: %s", node_id, reason)
-        routes.publish(skipped_record(node_id, _prompt_id(), steps, guidance.cfg, guidance.as_dict(), reason))
+        routes.publish(skipped_record(steps, dataclasses.replace(meta, node_id=node_id, warnings=()), reason))
 
 
-def _run_uncached(executor, args, kwargs, holder, steps, guidance, reason):
+def _run_uncached(executor, args, kwargs, holder, steps: int, meta: RunMeta, reason: str):
     logger.warning("Krea-2 Cache-DiT [node %s]: %s", holder.node_id, reason)
     try:
         return executor(*args, **kwargs)
     finally:
-        routes.publish(skipped_record(holder.node_id, _prompt_id(), steps, guidance.cfg, guidance.as_dict(), reason))
+        routes.publish(skipped_record(steps, dataclasses.replace(meta, warnings=()), reason))
 
 
 # Samplers that evaluate step i's corrector at sigma[i+1] before step i+1 evaluates there (see
@@ -192,7 +215,7 @@ def _start_sigmas(sampler, sigmas) -> list[float] | None:
                                 float(options.get("s_tmax", float("inf"))))
 
 
-def _report_steps_to(clock: StepClock, args: list, kwargs: dict):
+def _report_steps_to(clock, args: list, kwargs: dict):
     """Wrap the sampler's callback so the clock hears the sampler's own step index (see step_clock)."""
     def on_step(step, *rest, **more):
         clock.step_reported(step)

@@ -203,3 +203,11 @@ def proxy_server(comfy_root, tmp_path_factory, proxy):
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    """A small seeded diffusers Krea-2 for the adapter tests that drive a ``CacheRun`` (``cache_runs``)."""
+    from cache_runs import seeded_transformer
+
+    return seeded_transformer()

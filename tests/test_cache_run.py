@@ -9,134 +9,25 @@ and uncond residuals were ever mixed, the outputs would differ.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
+from cache_runs import (COND, FAST, FAST_MASK_CACHED, SHAPE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs,
+                        clean_block_evals, forward, open_run, plain_outputs, record_of, run_alone_from, run_single,
+                        run_split)
 from krea2_cachedit.adapters import registry
 from krea2_cachedit.adapters.cache_run import CacheRun
+from krea2_cachedit.adapters.observation import Call
 from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
-from krea2_synthetic import Krea2Shape, diffusers_transformer
-
-SHAPE = Krea2Shape(layers=6)
-STEPS = 8
-SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
-FAST_MASK_CACHED = [3, 5, 6]   # cache-dit's "fast" mask for 8 steps: 1 1 1 0 1 0 0 1
-COND, UNCOND = 0, 1
-
-
-@pytest.fixture(scope="module")
-def transformer():
-    torch.manual_seed(0)
-    return diffusers_transformer(SHAPE, seed=3)
-
-
-def make_inputs(seed: int, batch: int = 1, tokens: int = 5):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, 16, SHAPE.channels * 4, generator=g)
-    context = torch.randn(batch, tokens, SHAPE.txtlayers, SHAPE.txtdim, generator=g)
-    return x, context
-
-
-def forward(transformer, x, context, sigma):
-    ids = torch.zeros(context.shape[1] + x.shape[1], 3)
-    ids[context.shape[1]:, 1] = torch.arange(x.shape[1]) // 4
-    ids[context.shape[1]:, 2] = torch.arange(x.shape[1]) % 4
-    timestep = torch.full((x.shape[0],), float(sigma))
-    return transformer(x, context, timestep, ids).sample
-
-
-class Stream:
-    """One branch (cond or uncond) of a simulated sampler, with its own latent trajectory."""
-
-    def __init__(self, branch: int, seed: int, tokens: int = 5):
-        self.branch = branch
-        self.x, self.context = make_inputs(seed, tokens=tokens)
-        self.inputs: list[torch.Tensor] = []   # the latent each step was called with
-        self.outputs: list[torch.Tensor] = []
-
-    def advance(self, out, sigma, next_sigma):
-        self.inputs.append(self.x)
-        self.outputs.append(out)
-        self.x = self.x + (next_sigma - sigma) * out  # an Euler step, so inputs change every step
-
-    def resumed_at(self, step: int) -> "Stream":
-        """This stream as it stood before ``step``, with no outputs yet."""
-        copy = Stream.__new__(Stream)
-        copy.branch, copy.x, copy.context, copy.inputs, copy.outputs = \
-            self.branch, self.inputs[step], self.context, [], []
-        return copy
-
-
-def open_run(transformer, settings: CacheSettings, cfg: float, conds_per_step: int) -> CacheRun:
-    target = registry.resolve(transformer)
-    clock = StepClock(SIGMAS)
-    return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, cfg, conds_per_step)
-
-
-def run_split(transformer, settings, order):
-    """cond and uncond as separate calls, in ``order`` each step."""
-    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
-    with open_run(transformer, settings, cfg=3.5, conds_per_step=2) as run:
-        for i in range(STEPS):
-            for branch in order:
-                s = streams[branch]
-                with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
-                    out = forward(transformer, s.x, s.context, SIGMAS[i])
-                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    return run, streams
-
-
-def run_single(transformer, settings, stream: Stream):
-    """One stream alone, one call per step: the reference for what that stream should get."""
-    with open_run(transformer, settings, cfg=1.0, conds_per_step=1) as run:
-        for i in range(STEPS):
-            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
-                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
-            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    return run
-
-
-def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor]:
-    """What ``stream`` gets alone from step ``start`` on, in a fresh FAST cache that holds the rest
-    of the run's mask (its first step computed: a fresh cache has no residual to serve)."""
-    rest = (1, *plan_run(FAST, STEPS, SHAPE.layers).mask[start + 1:])
-    clock = StepClock(SIGMAS[start:])
-    resumed = stream.resumed_at(start)
-    plan = RunPlan(steps=clock.steps, settings=FAST, mask=rest)
-    with CacheRun(registry.resolve(transformer), plan, clock, cfg=1.0, conds_per_step=1) as run:
-        for i in range(start, STEPS):
-            with run.model_call(SIGMAS[i], [resumed.branch], [resumed.x.shape]):
-                out = forward(transformer, resumed.x, resumed.context, SIGMAS[i])
-            resumed.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    return resumed.outputs
-
-
-def plain_outputs(transformer, stream: Stream) -> list[torch.Tensor]:
-    """``stream`` sampled by ``transformer`` without any cache run."""
-    for i in range(STEPS):
-        stream.advance(forward(transformer, stream.x, stream.context, SIGMAS[i]), float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    return stream.outputs
-
-
-def clean_block_evals(cached_steps: list[int]) -> int:
-    """Block evaluations of a one-stream run with Fn=1, Bn=0: a cached step runs only the first block."""
-    return (STEPS - len(cached_steps)) * SHAPE.layers + len(cached_steps) * 1
-
-
-def assert_same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor], what: str, first_step: int = 0,
-                        tolerance: float = 0.0):
-    assert len(got) == len(expected), what
-    for step, (a, b) in enumerate(zip(got, expected), start=first_step):
-        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance, msg=f"{what}, step {step}")
-
-
-FAST = CacheSettings(steps_mask="fast")
+from krea2_synthetic import diffusers_transformer
 
 
 def test_one_call_per_step_caches_the_masked_steps(transformer):
     run = run_single(transformer, FAST, Stream(COND, 1))
-    record = run.record
+    record = record_of(run)
     assert record.cached_steps == FAST_MASK_CACHED
     assert (record.cfg_mode, record.has_separate_cfg) == ("none", False)
     assert record.block_evals == clean_block_evals(FAST_MASK_CACHED)
@@ -146,9 +37,9 @@ def test_one_call_per_step_caches_the_masked_steps(transformer):
 @pytest.mark.parametrize("order", [(COND, UNCOND), (UNCOND, COND)], ids=["cond_first", "uncond_first"])
 def test_split_calls_keep_cond_and_uncond_apart(transformer, order):
     run, streams = run_split(transformer, FAST, order)
-    assert (run.record.cfg_mode, run.record.has_separate_cfg) == ("split", True)
-    assert run.record.cached_steps == FAST_MASK_CACHED
-    assert run.record.cache_contexts == 1
+    assert (record_of(run).cfg_mode, record_of(run).has_separate_cfg) == ("split", True)
+    assert record_of(run).cached_steps == FAST_MASK_CACHED
+    assert record_of(run).cache_contexts == 1
     for branch, seed, tokens in ((COND, 1, 5), (UNCOND, 2, 7)):
         alone = Stream(branch, seed, tokens=tokens)
         run_single(transformer, FAST, alone)
@@ -168,10 +59,10 @@ def run_batched(transformer, run: CacheRun, uncond: Stream, cond: Stream, steps=
 
 def test_batched_cond_uncond_is_one_stream(transformer):
     uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
+    with open_run(transformer, FAST, conds_per_step=2) as run:
         run_batched(transformer, run, uncond, cond)
-    assert (run.record.cfg_mode, run.record.has_separate_cfg) == ("batched", False)
-    assert run.record.cached_steps == FAST_MASK_CACHED
+    assert (record_of(run).cfg_mode, record_of(run).has_separate_cfg) == ("batched", False)
+    assert record_of(run).cached_steps == FAST_MASK_CACHED
     # Each half gets what its branch gets alone (up to batch-size rounding): one residual for the
     # batch holds each half's own residual.
     for half, seed in ((cond, 1), (uncond, 2)):
@@ -212,7 +103,7 @@ def test_several_calls_per_step_count_as_one_step(transformer):
     """heun-like: a second evaluation at the next sigma; dpm-2s-like: one at an intermediate sigma."""
     stream = Stream(COND, 1)
     extra_calls = []
-    with open_run(transformer, FAST, cfg=1.0, conds_per_step=1) as run:
+    with open_run(transformer, FAST, conds_per_step=1) as run:
         for i in range(STEPS):
             for sigma in (SIGMAS[i], (SIGMAS[i] + SIGMAS[i + 1]) / 2):
                 with run.model_call(sigma, [COND], [stream.x.shape]) as served:
@@ -223,7 +114,7 @@ def test_several_calls_per_step_count_as_one_step(transformer):
     # Extra calls are computed in full, exactly like the model without the cache.
     for x, sigma, out in extra_calls:
         torch.testing.assert_close(out, forward(transformer, x, stream.context, sigma), rtol=0, atol=0)
-    record = run.record
+    record = record_of(run)
     assert record.steps == STEPS and record.calls == 2 * STEPS
     assert record.extra_calls == STEPS
     assert record.cached_steps == FAST_MASK_CACHED
@@ -233,28 +124,28 @@ def test_several_calls_per_step_count_as_one_step(transformer):
 def test_more_than_two_streams_per_step_do_not_crash_or_mix(transformer):
     """Area conds: cond, uncond and a further cond of another shape as separate calls."""
     streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7), Stream(COND, 3, tokens=9)]
-    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
+    with open_run(transformer, FAST, conds_per_step=2) as run:
         for i in range(STEPS):
             for s in streams:
                 with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
                     out = forward(transformer, s.x, s.context, SIGMAS[i])
                 s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    assert run.record.has_separate_cfg and run.record.cache_contexts == 1
-    assert run.record.extra_calls == STEPS  # the third stream is always computed in full
-    assert run.record.cached_steps == FAST_MASK_CACHED
+    assert record_of(run).has_separate_cfg and record_of(run).cache_contexts == 1
+    assert record_of(run).extra_calls == STEPS  # the third stream is always computed in full
+    assert record_of(run).cached_steps == FAST_MASK_CACHED
 
 
 def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
     """Batched for four steps, then split (as under memory pressure): never serve a stale residual."""
     uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
+    with open_run(transformer, FAST, conds_per_step=2) as run:
         run_batched(transformer, run, uncond, cond, steps=range(4))
         for i in range(4, STEPS):
             for s in (uncond, cond):
                 with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
                     out = forward(transformer, s.x, s.context, SIGMAS[i])
                 s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    record = run.record
+    record = record_of(run)
     assert record.cache_contexts == 2
     assert record.step_states[4] == "computed", "the first split step has no residual of its own yet"
     assert record.cached_steps == [3, 5, 6]
@@ -263,7 +154,7 @@ def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
     # Up to the change: exactly a batched run. From it on: each stream exactly what it gets alone
     # in a fresh cache with the rest of the mask (nothing of the batched residual survives).
     batched_uncond, batched_cond = Stream(UNCOND, 2), Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as reference:
+    with open_run(transformer, FAST, conds_per_step=2) as reference:
         run_batched(transformer, reference, batched_uncond, batched_cond)
     for got, batched in ((uncond, batched_uncond), (cond, batched_cond)):
         assert_same_outputs(got.outputs[:4], batched.outputs[:4], f"branch {got.branch} batched")
@@ -273,15 +164,15 @@ def test_layout_change_mid_run_starts_a_fresh_cache(transformer):
 
 def test_order_flip_mid_run_recomputes(transformer):
     streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
-    with open_run(transformer, FAST, cfg=3.5, conds_per_step=2) as run:
+    with open_run(transformer, FAST, conds_per_step=2) as run:
         for i in range(STEPS):
             for branch in ((COND, UNCOND) if i < 5 else (UNCOND, COND)):
                 s = streams[branch]
                 with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
                     out = forward(transformer, s.x, s.context, SIGMAS[i])
                 s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    assert run.record.cache_contexts == 2
-    assert run.record.step_states[5] == "computed"
+    assert record_of(run).cache_contexts == 2
+    assert record_of(run).step_states[5] == "computed"
     # Before the flip: exactly the unflipped split run. From it on: each stream exactly what it
     # gets alone in a fresh cache with the rest of the mask.
     _, unflipped = run_split(transformer, FAST, (COND, UNCOND))
@@ -322,20 +213,20 @@ def test_a_module_left_cached_with_another_config_runs_with_the_runs_own_config(
         run = run_single(transformer, FAST, after)
     finally:
         cache_dit.disable_cache(transformer)
-    assert run.record.cached_steps == FAST_MASK_CACHED
-    assert run.record.block_evals == clean_block_evals(FAST_MASK_CACHED)
+    assert record_of(run).cached_steps == FAST_MASK_CACHED
+    assert record_of(run).block_evals == clean_block_evals(FAST_MASK_CACHED)
     assert_same_outputs(after.outputs, clean.outputs, "after a foreign cache-dit config")
 
 
 def test_an_error_inside_the_run_still_disables_the_cache(transformer):
     stream = Stream(COND, 1)
-    run = open_run(transformer, FAST, cfg=1.0, conds_per_step=1)
+    run = open_run(transformer, FAST, conds_per_step=1)
     with pytest.raises(RuntimeError, match="boom"):
         with run:
             with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
                 forward(transformer, stream.x, stream.context, SIGMAS[0])
             raise RuntimeError("boom")
-    assert run.record.status == "error"
+    assert record_of(run).status == "error"
     assert not hasattr(transformer, "_is_cached")
 
 
@@ -343,7 +234,7 @@ def test_exact_when_caching_is_off(transformer):
     off = CacheSettings(residual_diff_threshold=0.0, steps_mask="none")
     cached = Stream(COND, 1)
     run = run_single(transformer, off, cached)
-    assert run.record.cached_steps == []
+    assert record_of(run).cached_steps == []
     assert_same_outputs(cached.outputs, plain_outputs(transformer, Stream(COND, 1)), "caching off")
 
 
@@ -351,7 +242,7 @@ def test_threshold_caching_without_a_mask(transformer):
     loose = CacheSettings(residual_diff_threshold=1.5, max_warmup_steps=2,
                           max_continuous_cached_steps=2)
     run = run_single(transformer, loose, Stream(COND, 1))
-    cached = run.record.cached_steps
+    cached = record_of(run).cached_steps
     assert cached and min(cached) >= 2
     assert all(not {s, s + 1, s + 2} <= set(cached) for s in cached), "at most 2 cached steps in a row"
 
@@ -373,7 +264,7 @@ def run_with_mask(transformer, settings: CacheSettings, mask: tuple[int, ...], s
     """One stream, one call per step, with a step mask of its own (cache-dit's masks are fixed)."""
     target = registry.resolve(transformer)
     plan = RunPlan(steps=STEPS, settings=settings, mask=mask)
-    with CacheRun(target, plan, StepClock(SIGMAS), cfg=1.0, conds_per_step=1) as run:
+    with CacheRun(target, plan, StepClock(SIGMAS), conds_per_step=1) as run:
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
                 out = forward(transformer, stream.x, stream.context, SIGMAS[i])
@@ -387,8 +278,8 @@ def test_each_calibrator_changes_what_the_same_cached_steps_serve(transformer, n
     calibrated, plain = Stream(COND, 1), Stream(COND, 1)
     run = run_single(transformer, settings, calibrated)
     run_single(transformer, MEDIUM, plain)
-    assert run.record.cached_steps == MEDIUM_MASK_CACHED, "the mask, not the calibrator, decides what is cached"
-    assert run.record.as_dict()["calibrator"]["name"] == name
+    assert record_of(run).cached_steps == MEDIUM_MASK_CACHED, "the mask, not the calibrator, decides what is cached"
+    assert record_of(run).as_dict()["calibrator"]["name"] == name
     assert all(torch.isfinite(o).all() for o in calibrated.outputs)
     # A calibrator only changes what a cached step serves: the runs agree up to the first cached
     # step, and part there.
@@ -409,8 +300,8 @@ def test_dmd_history_reaches_cache_dit(transformer):
     short, long = Stream(COND, 1), Stream(COND, 1)
     run = run_with_mask(transformer, CacheSettings(calibrator="dmd", dmd_history=4), mask, short)
     run_with_mask(transformer, CacheSettings(calibrator="dmd", dmd_history=6), mask, long)
-    assert run.record.cached_steps == [5]
-    assert run.record.as_dict()["calibrator"] == {"name": "dmd", "dmd_history": 4, "forecast_steps": [5]}
+    assert record_of(run).cached_steps == [5]
+    assert record_of(run).as_dict()["calibrator"] == {"name": "dmd", "dmd_history": 4, "forecast_steps": [5]}
     assert differing_steps(short, long) == [5, 6, 7]
 
 
@@ -422,7 +313,7 @@ def test_dmd_without_its_4_evenly_spaced_computed_steps_serves_its_fallback(tran
     for history in (4, 6, 16):
         stream = Stream(COND, 1)
         run = run_single(transformer, CacheSettings(steps_mask="fast", calibrator="dmd", dmd_history=history), stream)
-        assert run.record.as_dict()["calibrator"] == {"name": "dmd", "dmd_history": history, "forecast_steps": []}
+        assert record_of(run).as_dict()["calibrator"] == {"name": "dmd", "dmd_history": history, "forecast_steps": []}
         outputs.append(stream)
     plain = Stream(COND, 1)
     run_single(transformer, FAST, plain)
@@ -436,7 +327,7 @@ def test_split_calls_keep_each_streams_calibrator_apart(transformer, name):
     """cache-dit keeps a second calibrator for the second CFG stream: each stream gets what it gets alone."""
     settings = CacheSettings(steps_mask="medium", **CALIBRATED[name])
     run, streams = run_split(transformer, settings, (COND, UNCOND))
-    assert (run.record.has_separate_cfg, run.record.cached_steps) == (True, MEDIUM_MASK_CACHED)
+    assert (record_of(run).has_separate_cfg, record_of(run).cached_steps) == (True, MEDIUM_MASK_CACHED)
     for branch, seed, tokens in ((COND, 1, 5), (UNCOND, 2, 7)):
         alone = Stream(branch, seed, tokens=tokens)
         run_single(transformer, settings, alone)
@@ -452,15 +343,15 @@ def test_duration_is_the_sampling_itself_not_what_comes_before_or_after(transfor
     import time
 
     stream = Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=1.0, conds_per_step=1) as run:
+    with open_run(transformer, FAST, conds_per_step=1) as run:
         time.sleep(0.4)     # ComfyUI's preparation before the first call (e.g. loading the model)
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [COND], [stream.x.shape]):
                 out = forward(transformer, stream.x, stream.context, SIGMAS[i])
             stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
         time.sleep(0.4)
-    calls = sum(call.timer.seconds() for call in run.timed_calls)
-    assert calls <= run.record.duration_s < calls + 0.2, (calls, run.record.duration_s)
+    calls = sum(call.timer.seconds() for call in run.calls)
+    assert calls <= record_of(run).duration_s < calls + 0.2, (calls, record_of(run).duration_s)
 
 
 class FailingTimer:
@@ -473,28 +364,27 @@ class FailingTimer:
 
 
 def test_the_runs_own_error_reaches_the_user_when_its_stats_cannot_be_made(transformer):
-    from krea2_cachedit.adapters.run_record import TimedCall
-
     stream = Stream(COND, 1)
-    run = open_run(transformer, FAST, cfg=1.0, conds_per_step=1)
+    run = open_run(transformer, FAST, conds_per_step=1)
     with pytest.raises(ValueError, match="the sampler's own error"):
         with run:
             with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
                 forward(transformer, stream.x, stream.context, SIGMAS[0])
-            run.timed_calls.insert(0, TimedCall(None, True, False, FailingTimer()))
+            run.calls.insert(0, dataclasses.replace(run.calls[0], timer=FailingTimer()))
             raise ValueError("the sampler's own error")
-    assert run.record is None and not hasattr(transformer, "_is_cached")
+    assert record_of(run) is None and not hasattr(transformer, "_is_cached")
     # Without an error of the run's own, a failure to make the stats is not hidden either.
-    run = open_run(transformer, FAST, cfg=1.0, conds_per_step=1)
-    with pytest.raises(RuntimeError, match="CUDA error"):
-        with run:
-            run.timed_calls.append(TimedCall(None, True, False, FailingTimer()))
+    run = open_run(transformer, FAST, conds_per_step=1)
+    with run:
+        run.calls.append(Call(0, (COND,), None, True, False, 0, 0.0, FailingTimer(), "main"))
     assert not hasattr(transformer, "_is_cached")
+    with pytest.raises(RuntimeError, match="CUDA error"):
+        record_of(run)
 
 
 def test_an_uncached_call_swaps_the_original_blocks_and_forward_in_and_back(transformer):
     stream = Stream(COND, 1)
-    with open_run(transformer, FAST, cfg=1.0, conds_per_step=1) as run:
+    with open_run(transformer, FAST, conds_per_step=1) as run:
         cached_blocks, cached_forward = transformer.transformer_blocks, transformer.__dict__.get("forward")
         assert cached_forward is not None, "cache-dit patched the instance's forward"
         with run.uncached():
@@ -512,15 +402,15 @@ def test_a_call_sigma_stays_on_its_device_until_the_record(transformer):
     stream = Stream(COND, 1)
     target = registry.resolve(transformer)
     clock = StepClock(SIGMAS, sampler_reports=True, single_evaluation=True)
-    with CacheRun(target, plan_run(FAST, STEPS, target.num_blocks), clock, 1.0, conds_per_step=1) as run:
+    with CacheRun(target, plan_run(FAST, STEPS, target.num_blocks), clock, conds_per_step=1) as run:
         for i in range(STEPS):
             # The value itself is unreadable here: a meta tensor has none.
             with run.model_call(torch.empty((1,), device="meta"), [COND], [stream.x.shape]):
                 out = forward(transformer, stream.x, stream.context, SIGMAS[i])
             stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
             clock.step_reported(i)
-            assert run.outcomes[-1].step == i and torch.is_tensor(run.outcomes[-1].sigma)
-        for outcome, sigma in zip(run.outcomes, SIGMAS):
-            outcome.sigma = sigma.reshape(1)   # readable again for the record at the end
-    assert run.record.cached_steps == FAST_MASK_CACHED
-    assert [c[4] for c in run.record.call_log] == [round(float(s), 6) for s in SIGMAS[:STEPS]]
+            assert run.calls[-1].step == i and torch.is_tensor(run.calls[-1].sigma)
+        # Readable again for the record at the end.
+        run.calls[:] = [dataclasses.replace(call, sigma=sigma.reshape(1)) for call, sigma in zip(run.calls, SIGMAS)]
+    assert record_of(run).cached_steps == FAST_MASK_CACHED
+    assert [c[4] for c in record_of(run).call_log] == [round(float(s), 6) for s in SIGMAS[:STEPS]]

@@ -1,8 +1,9 @@
 """Why a run cached what it did, against real cache-dit and a small seeded diffusers Krea-2.
 
 The pack measures each step's Fn residual change itself and replays cache-dit's
-rules; these tests hold that replay to what cache-dit actually decided in the
-same run, and the threshold advisor to what a re-run with its suggestion does.
+rules; these tests hold the advisor's replay (its threshold intervals) to what
+cache-dit actually decided in the same run, and its suggestions to what a re-run
+with them does.
 """
 
 from __future__ import annotations
@@ -12,20 +13,19 @@ import math
 import pytest
 import torch
 
-from krea2_cachedit.adapters.diagnostics import DecisionRules, StreamTrace, relative_change
+from cache_runs import COND, SHAPE, SIGMAS, STEPS, UNCOND, Stream, forward, open_run, record_of, run_single, run_split
+from krea2_cachedit.adapters.diagnostics import DecisionRules, StreamTrace, relative_change, threshold_intervals
 from krea2_cachedit.adapters.settings import CacheSettings
 from krea2_synthetic import diffusers_transformer
-from test_cache_run import (  # noqa: F401 (fixture)
-    COND, SHAPE, SIGMAS, STEPS, UNCOND, Stream, forward, open_run, run_single, run_split, transformer)
 
 
 def replay_of(run) -> set[int]:
-    """The steps the advisor's replay says cache-dit caches, from the run's own measured changes."""
+    """The steps the advisor's replay says cache-dit caches at the run's own threshold, from the run's
+    own measured changes: the cached steps of the threshold interval that holds it."""
     cached = None
     for trace, rules in run.stream_traces():
-        changes = trace.pair_changes()
-        decisions = rules.replay(changes.steps, changes)
-        steps = {s for s, (was_cached, _) in decisions.items() if was_cached}
+        intervals = threshold_intervals(rules, trace.pair_changes())
+        [steps] = [set(cached) for low, high, cached in intervals if low < rules.threshold <= high]
         cached = steps if cached is None else cached & steps
     return cached
 
@@ -33,7 +33,7 @@ def replay_of(run) -> set[int]:
 @pytest.fixture(scope="module")
 def measured(transformer):
     """A run with caching off: the residual changes of the reference trajectory."""
-    return run_single(transformer, CacheSettings(residual_diff_threshold=0.0), Stream(COND, 1)).record
+    return record_of(run_single(transformer, CacheSettings(residual_diff_threshold=0.0), Stream(COND, 1)))
 
 
 def test_changes_are_measured_on_every_step_even_with_caching_off(measured):
@@ -72,14 +72,14 @@ def test_replay_matches_what_cache_dit_decided(transformer, measured, overrides)
     for threshold in (middles[0], middles[len(middles) // 2], changes[-1] * 1.05):
         settings = CacheSettings(**{"residual_diff_threshold": threshold, "max_warmup_steps": 2, **overrides})
         run = run_single(transformer, settings, Stream(COND, 1))
-        assert replay_of(run) == set(run.record.cached_steps), f"threshold {threshold} {overrides}"
-    assert run.record.cached_steps, "the last threshold must cache something, or the check says little"
+        assert replay_of(run) == set(record_of(run).cached_steps), f"threshold {threshold} {overrides}"
+    assert record_of(run).cached_steps, "the last threshold must cache something, or the check says little"
 
 
 def test_replay_matches_cache_dit_for_split_cond_and_uncond(transformer):
     settings = CacheSettings(residual_diff_threshold=0.9, max_warmup_steps=2, max_continuous_cached_steps=2)
     run, _ = run_split(transformer, settings, (UNCOND, COND))
-    record = run.record
+    record = record_of(run)
     assert record.has_separate_cfg and len(record.streams) == 2
     assert replay_of(run) == set(record.cached_steps)
     per_stream = [s["residual_diffs"] for s in record.streams]
@@ -91,12 +91,12 @@ def test_replay_matches_cache_dit_for_split_cond_and_uncond(transformer):
 
 def test_reasons_follow_the_rules(transformer):
     settings = CacheSettings(residual_diff_threshold=1.9, max_warmup_steps=2, max_continuous_cached_steps=2)
-    record = run_single(transformer, settings, Stream(COND, 1)).record
+    record = record_of(run_single(transformer, settings, Stream(COND, 1)))
     # A threshold that always passes: warmup, then two cached, one computed for the limit, two cached...
     assert record.step_reasons == ["warmup", "warmup", "threshold", "threshold", "max_continuous",
                                    "threshold", "threshold", "max_continuous"]
     assert record.cached_steps == [2, 3, 5, 6]
-    masked = run_single(transformer, CacheSettings(steps_mask="fast"), Stream(COND, 1)).record
+    masked = record_of(run_single(transformer, CacheSettings(steps_mask="fast"), Stream(COND, 1)))
     assert masked.step_reasons == ["warmup"] * 3 + ["mask"] * 5 and masked.cached_steps == [3, 5, 6]
 
 
@@ -109,14 +109,14 @@ def test_suggested_thresholds_cache_what_they_promise_give_or_take_one(transform
     for suggestion in suggestions:
         low, high = suggestion["range"]
         assert low < suggestion["threshold"] < high or suggestion["threshold"] == 1.0
-        rerun = run_single(transformer, CacheSettings(residual_diff_threshold=suggestion["threshold"]),
-                           Stream(COND, 1)).record
+        rerun = record_of(run_single(transformer, CacheSettings(residual_diff_threshold=suggestion["threshold"]),
+                           Stream(COND, 1)))
         assert abs(len(rerun.cached_steps) - len(suggestion["cached_steps"])) <= 1, (suggestion, rerun.cached_steps)
 
 
 def test_time_estimate_adds_what_the_cached_calls_saved(transformer, measured):
     assert measured.estimated_uncached_s == pytest.approx(measured.duration_s)
-    record = run_single(transformer, CacheSettings(steps_mask="ultra"), Stream(COND, 1)).record
+    record = record_of(run_single(transformer, CacheSettings(steps_mask="ultra"), Stream(COND, 1)))
     assert record.cached_steps and record.estimated_uncached_s > record.duration_s
     assert record.as_dict()["estimated_speedup"] > 1.0
 
@@ -137,7 +137,7 @@ def run_in_bf16(transformer, settings: CacheSettings):
     import cache_dit
 
     stream = Stream(COND, 1)
-    with open_run(transformer, settings, cfg=1.0, conds_per_step=1) as run:
+    with open_run(transformer, settings, conds_per_step=1) as run:
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [COND], [stream.x.shape]):
                 out = forward_bf16(transformer, stream.x, stream.context, SIGMAS[i])
@@ -165,13 +165,13 @@ def bf16_transformer():
 
 def test_in_bf16_at_the_threshold_chart_reasons_and_replay_are_what_cache_dit_decided(bf16_transformer):
     measure = CacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
-    change = run_in_bf16(bf16_transformer, measure)[0].record.residual_diffs[2]   # the first step compared
+    change = record_of(run_in_bf16(bf16_transformer, measure)[0]).residual_diffs[2]   # the first step compared
     outcomes = {}
     # cache-dit caches when change < threshold: at the change itself it computes, one float above it caches.
     for threshold in (change, math.nextafter(change, math.inf)):
         run, compared = run_in_bf16(bf16_transformer, CacheSettings(
             residual_diff_threshold=threshold, max_warmup_steps=2, max_continuous_cached_steps=-1))
-        record = run.record
+        record = record_of(run)
         assert compared and all(record.residual_diffs[step] == value for step, value in compared.items()), \
             (compared, record.residual_diffs)
         for step, reason in enumerate(record.step_reasons):
@@ -195,7 +195,7 @@ def test_a_stream_holds_one_full_residual_through_the_middle_blocks(transformer)
     try:
         streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
         settings = CacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
-        with open_run(transformer, settings, cfg=3.5, conds_per_step=2) as run:
+        with open_run(transformer, settings, conds_per_step=2) as run:
             run_box.append(run)
             for i in range(STEPS):
                 for branch in (COND, UNCOND):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from krea2_cachedit.adapters.stats import RecentRuns, skipped_record
+from krea2_cachedit.adapters.run_record import RunMeta, skipped_record
 from krea2_cachedit.adapters.strict_json import dumps, finite_or_null
 
 
@@ -28,9 +28,9 @@ def test_non_finite_floats_become_null_and_say_where():
 
 
 def test_a_record_with_nan_is_published_as_strict_json_with_a_warning():
-    record = skipped_record("5", "p", steps=4, cfg=math.nan, guidance={"cfg": math.nan}, reason="why")
+    record = skipped_record(4, RunMeta(node_id="5", prompt_id="p", cfg=math.nan, guidance={"cfg": math.nan}), "why")
     record.residual_diffs = [None, math.inf, 0.1, None]
-    data = RecentRuns().add(record)
+    data = record.as_dict()
     assert (data["cfg"], data["guidance"]["cfg"], data["residual_diffs"]) == (None, None, [None, None, 0.1, None])
     assert data["warnings"][0] == "why"
     assert data["warnings"][1].startswith("Non-finite numbers (NaN or infinity) were replaced by null in: "

@@ -6,12 +6,12 @@ it computed or steps that never came. So a run with another step cache is left
 uncached, with a warning naming it.
 
 Two ways to see one:
-- before the run, by its state: ComfyUI's EasyCache and LazyCache keep their
-  holder in ``transformer_options["easycache"]`` (with a ``name``) and register
-  their wrappers under the keys "easycache" / "lazycache";
-- during the run, by its effect: a call cache-dit served whose transformer
-  blocks never ran was answered by something between the call and the model
-  (cache-dit itself always runs the first ``Fn`` blocks).
+- before the run, by its state (here): ComfyUI's EasyCache and LazyCache keep
+  their holder in ``transformer_options["easycache"]`` (with a ``name``) and
+  register their wrappers under the keys "easycache" / "lazycache";
+- during the run, by its effect (``adapters/foreign_serves.py``): a call
+  cache-dit served whose transformer blocks never ran was answered by something
+  between the call and the model.
 """
 
 from __future__ import annotations
@@ -39,32 +39,3 @@ def refusal(other: str) -> str:
     return (f"{other} also caches steps of this model: two step caches on one model give wrong images and "
             f"wrong stats, so this run was not cached by Cache-DiT (the image is {other}'s alone). "
             f"Use one step cache: bypass {other} or this node.")
-
-
-class ForeignServeWatch:
-    """Notices calls cache-dit served whose blocks never ran: another cache answered them."""
-
-    def __init__(self):
-        self.first_step: int | None = None
-        self.calls = 0
-
-    @property
-    def seen(self) -> bool:
-        return self.first_step is not None
-
-    def observe(self, step: int, served: bool, blocks_run: int) -> bool:
-        """Record one call; True when something other than the model answered it."""
-        if not served or blocks_run > 0:
-            return False
-        if self.first_step is None:
-            self.first_step = step
-        self.calls += 1
-        return True
-
-    def warning(self) -> str | None:
-        if not self.seen:
-            return None
-        return (f"From step {self.first_step} on, model calls returned without running a transformer "
-                f"block: another step cache on this model's call path answered them, so from then on this run "
-                f"was not cached and its cached steps count only what cache-dit served. Use one step cache: "
-                f"bypass the other cache node or this node.")

@@ -1,0 +1,91 @@
+"""What the engine saw of one sampling run, handed out when the run ends.
+
+A ``CacheRun`` (one per device) routes the calls; while it runs it only appends one
+``Call`` per model call. When it ends it returns a frozen ``RunObservation``: the
+calls, the call layout it settled on, the residual traces with the rules of their
+cache contexts, and its warnings. ``run_record.build`` turns one or several of them
+into the record; nothing here reads the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from .diagnostics import DecisionRules, StreamTrace
+
+
+class CallTimer:
+    """Wall time of one model call: CUDA events on a GPU (no sync per call), else the CPU clock."""
+
+    def __init__(self, device):
+        self._cuda = device is not None and torch.device(device).type == "cuda"
+        if self._cuda:
+            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._begun, self._ended = time.perf_counter(), None
+
+    def stop(self):
+        if self._cuda:
+            self._end.record()
+        else:
+            self._ended = time.perf_counter()
+
+    def seconds(self) -> float:
+        return self.seconds_until(self)
+
+    def seconds_until(self, last: "CallTimer") -> float:
+        """From this call's start to the end of ``last`` (the same clock; waits for the device once)."""
+        if self._cuda:
+            last._end.synchronize()
+            return self._start.elapsed_time(last._end) / 1000.0
+        return last._ended - self._begun
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One model call as the run routed it."""
+
+    step: int
+    branches: tuple[int, ...]   # cond_or_uncond of the call (0 = cond, 1 = uncond)
+    stream: object              # what makes calls share a residual cache (cache_run.StreamKey)
+    served: bool                # by cache-dit; False: an extra call computed in full outside the cache
+    cached: bool                # served and cache-dit skipped the middle blocks
+    blocks_run: int             # transformer blocks actually evaluated
+    sigma: object               # the sigma the sampler called the model at (a tensor until the record reads it)
+    timer: CallTimer
+    thread: str                 # the thread the call ran on (several devices run side by side)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunObservation:
+    """One device's run, as the engine saw it."""
+
+    status: str                 # "ok", "interrupted" or "error": how the sampling ended
+    num_blocks: int
+    module_id: int              # id() of the module the sampler called
+    calls: tuple[Call, ...]
+    cfg_mode: str | None        # the first call layout's: "none", "batched" or "split"; None without a call
+    has_separate_cfg: bool      # what cache-dit was configured with for that layout
+    cache_contexts: int         # > 1 when the call layout changed mid-run and a fresh context started
+    traces: tuple[tuple[StreamTrace, DecisionRules], ...]   # per (context, stream), with that context's rules
+    warnings: tuple[str, ...]
+    device: str | None = None   # the torch device of a multi-device run's copy; None on one device
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelOutcome:
+    """What only a run on several devices has: their shared decisions and one wall clock."""
+
+    overridden: dict[int, list[str]]   # step -> devices that would have cached it, had another not computed
+    timeouts: dict[int, list[str]]     # step -> devices waited for in vain (they got no work in that step)
+    wall_s: float                      # the run's span: each device's calls are timed on its own clock
+
+
+def exit_status(exc_type) -> str:
+    if exc_type is None:
+        return "ok"
+    return "interrupted" if "Interrupt" in exc_type.__name__ else "error"

@@ -1,0 +1,139 @@
+"""Drive a ``CacheRun`` as ComfyUI's samplers do, on a small seeded diffusers Krea-2 (no ComfyUI).
+
+Shared by the adapter tests: a simulated sampler stream, the call patterns (one call per
+step, cond and uncond split), and ``record_of``, the record a run's observation makes,
+built by the same ``run_record.build`` the node uses.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from krea2_cachedit.adapters import registry
+from krea2_cachedit.adapters.cache_run import CacheRun
+from krea2_cachedit.adapters.run_record import RunMeta, RunRecord, record_or_none
+from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
+from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_synthetic import Krea2Shape, diffusers_transformer
+
+SHAPE = Krea2Shape(layers=6)
+STEPS = 8
+SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
+FAST_MASK_CACHED = [3, 5, 6]   # cache-dit's "fast" mask for 8 steps: 1 1 1 0 1 0 0 1
+COND, UNCOND = 0, 1
+
+
+def seeded_transformer():
+    torch.manual_seed(0)
+    return diffusers_transformer(SHAPE, seed=3)
+
+
+def make_inputs(seed: int, batch: int = 1, tokens: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 16, SHAPE.channels * 4, generator=g)
+    context = torch.randn(batch, tokens, SHAPE.txtlayers, SHAPE.txtdim, generator=g)
+    return x, context
+
+
+def forward(transformer, x, context, sigma):
+    ids = torch.zeros(context.shape[1] + x.shape[1], 3)
+    ids[context.shape[1]:, 1] = torch.arange(x.shape[1]) // 4
+    ids[context.shape[1]:, 2] = torch.arange(x.shape[1]) % 4
+    timestep = torch.full((x.shape[0],), float(sigma))
+    return transformer(x, context, timestep, ids).sample
+
+
+class Stream:
+    """One branch (cond or uncond) of a simulated sampler, with its own latent trajectory."""
+
+    def __init__(self, branch: int, seed: int, tokens: int = 5):
+        self.branch = branch
+        self.x, self.context = make_inputs(seed, tokens=tokens)
+        self.inputs: list[torch.Tensor] = []   # the latent each step was called with
+        self.outputs: list[torch.Tensor] = []
+
+    def advance(self, out, sigma, next_sigma):
+        self.inputs.append(self.x)
+        self.outputs.append(out)
+        self.x = self.x + (next_sigma - sigma) * out  # an Euler step, so inputs change every step
+
+    def resumed_at(self, step: int) -> "Stream":
+        """This stream as it stood before ``step``, with no outputs yet."""
+        copy = Stream.__new__(Stream)
+        copy.branch, copy.x, copy.context, copy.inputs, copy.outputs = \
+            self.branch, self.inputs[step], self.context, [], []
+        return copy
+
+
+def open_run(transformer, settings: CacheSettings, conds_per_step: int) -> CacheRun:
+    target = registry.resolve(transformer)
+    clock = StepClock(SIGMAS)
+    return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, conds_per_step)
+
+
+def record_of(run: CacheRun, cfg: float = 1.0) -> RunRecord | None:
+    """The finished run's record, as the node builds it (None where the run's own error must win)."""
+    return record_or_none(run.plan, run.clock, run.target.family.name, run.observations, RunMeta(cfg=cfg),
+                          run.parallel)
+
+
+def run_split(transformer, settings, order):
+    """cond and uncond as separate calls, in ``order`` each step."""
+    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
+    with open_run(transformer, settings, conds_per_step=2) as run:
+        for i in range(STEPS):
+            for branch in order:
+                s = streams[branch]
+                with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
+                    out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return run, streams
+
+
+def run_single(transformer, settings, stream: Stream):
+    """One stream alone, one call per step: the reference for what that stream should get."""
+    with open_run(transformer, settings, conds_per_step=1) as run:
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return run
+
+
+def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor]:
+    """What ``stream`` gets alone from step ``start`` on, in a fresh FAST cache that holds the rest
+    of the run's mask (its first step computed: a fresh cache has no residual to serve)."""
+    rest = (1, *plan_run(FAST, STEPS, SHAPE.layers).mask[start + 1:])
+    clock = StepClock(SIGMAS[start:])
+    resumed = stream.resumed_at(start)
+    plan = RunPlan(steps=clock.steps, settings=FAST, mask=rest)
+    with CacheRun(registry.resolve(transformer), plan, clock, conds_per_step=1) as run:
+        for i in range(start, STEPS):
+            with run.model_call(SIGMAS[i], [resumed.branch], [resumed.x.shape]):
+                out = forward(transformer, resumed.x, resumed.context, SIGMAS[i])
+            resumed.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return resumed.outputs
+
+
+def plain_outputs(transformer, stream: Stream) -> list[torch.Tensor]:
+    """``stream`` sampled by ``transformer`` without any cache run."""
+    for i in range(STEPS):
+        stream.advance(forward(transformer, stream.x, stream.context, SIGMAS[i]), float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return stream.outputs
+
+
+def clean_block_evals(cached_steps: list[int]) -> int:
+    """Block evaluations of a one-stream run with Fn=1, Bn=0: a cached step runs only the first block."""
+    return (STEPS - len(cached_steps)) * SHAPE.layers + len(cached_steps) * 1
+
+
+def assert_same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor], what: str, first_step: int = 0,
+                        tolerance: float = 0.0):
+    assert len(got) == len(expected), what
+    for step, (a, b) in enumerate(zip(got, expected), start=first_step):
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance, msg=f"{what}, step {step}")
+
+
+FAST = CacheSettings(steps_mask="fast")
+
+
