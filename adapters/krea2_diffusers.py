@@ -221,22 +221,6 @@ def inspect(path: Path) -> Krea2Checkpoint:
     return inspect_file(path)
 
 
-def is_krea2_candidate(path: Path) -> bool:
-    """Cheap check for listing: a Krea-2 file (quantized ones too) or a Krea-2 diffusers folder."""
-    path = Path(path)
-    try:
-        if path.is_dir():
-            transformer_folder(path)
-            return True
-        if path.suffix.lower() == ".gguf":
-            from . import krea2_gguf
-
-            return detect_key_format(krea2_gguf.tensor_infos(krea2_gguf.open_reader(path))) is not None
-        return detect_key_format(read_header(path)) is not None
-    except Krea2LoadError:
-        return False
-
-
 # --- loading ---------------------------------------------------------------------------
 
 def _window_keys(shard: Shard) -> Iterator[list[str]]:
@@ -289,52 +273,3 @@ def load_transformer(checkpoint: Krea2Checkpoint, dtype: torch.dtype | None = No
         model, checkpoint.path, parameter_shapes(build_empty_transformer(checkpoint.config)),
         _stream_checkpoint(checkpoint, dtype),
         advice="The checkpoint is incomplete or its config.json does not match the weights; download it again.")
-
-
-# --- listing ---------------------------------------------------------------------------
-
-_CANDIDATE_CACHE: dict[tuple[str, int, int], bool] = {}
-FOLDER_SEARCH_DEPTH = 3  # e.g. diffusers/<org>/<model>/transformer
-
-
-def _cached_is_candidate(path: Path) -> bool:
-    # Headers are re-read only when a file or config changes: the list is rebuilt on every UI refresh.
-    probe = path / CONFIG_NAME if path.is_dir() else path
-    probe = probe if probe.exists() else path / "transformer" / CONFIG_NAME
-    try:
-        stat = probe.stat()
-    except OSError:
-        return False
-    cache_key = (str(path), stat.st_mtime_ns, stat.st_size)
-    if cache_key not in _CANDIDATE_CACHE:
-        _CANDIDATE_CACHE[cache_key] = is_krea2_candidate(path)
-    return _CANDIDATE_CACHE[cache_key]
-
-
-def krea2_files(named_files) -> list[str]:
-    """Names of the Krea-2 safetensors and GGUF files among ``(name, full path)`` pairs."""
-    return [name for name, full_path in named_files
-            if str(name).lower().endswith((".safetensors", ".gguf")) and _cached_is_candidate(Path(full_path))]
-
-
-def krea2_folders(roots) -> list[str]:
-    """Krea-2 diffusers folders under ``roots``, as paths relative to their root."""
-    found = []
-    for root in map(Path, roots):
-        if root.is_dir():
-            found.extend(_walk_folders(root, root, FOLDER_SEARCH_DEPTH))
-    return sorted(set(found))
-
-
-def _walk_folders(root: Path, folder: Path, depth: int) -> list[str]:
-    found = []
-    try:
-        children = sorted(child for child in folder.iterdir() if child.is_dir())
-    except OSError:
-        return found
-    for child in children:
-        if _cached_is_candidate(child):
-            found.append(child.relative_to(root).as_posix())
-        elif depth > 1:
-            found.extend(_walk_folders(root, child, depth - 1))
-    return found

@@ -1,4 +1,5 @@
-"""The "Load Krea-2 (diffusers)" node: a thin shell around ``adapters.krea2_diffusers``."""
+"""The "Load Krea-2 (diffusers)" node: a thin shell around the loader adapters
+(``krea2_listing`` for its list, ``krea2_checkpoint`` for its weight dtypes)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..adapters import krea2_checkpoint, krea2_diffusers, krea2_gguf
+from ..adapters import krea2_checkpoint, krea2_gguf, krea2_listing
 from .plain_errors import plain_errors
 
 FILE_FOLDER = "diffusion_models"
@@ -19,7 +20,7 @@ def list_model_names() -> list[str]:
     files = [(name, folder_paths.get_full_path(FILE_FOLDER, name))
              for name in folder_paths.get_filename_list(FILE_FOLDER)]
     files = [(name, path) for name, path in files if path] + gguf_files()
-    return krea2_diffusers.krea2_files(files) + krea2_diffusers.krea2_folders(
+    return krea2_listing.krea2_files(files) + krea2_listing.krea2_folders(
         folder_paths.get_folder_paths(DIFFUSERS_FOLDER))
 
 

@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from krea2_cachedit.adapters import krea2_checkpoint as kc
 from krea2_cachedit.adapters import krea2_diffusers as kd
+from krea2_cachedit.adapters import krea2_listing as kl
 from krea2_synthetic import Krea2Shape, diffusers_transformer, native_state_dict
 
 # Not the default shape: every derived config field differs from diffusers' defaults and the tiny default.
@@ -238,11 +239,11 @@ def test_listing_keeps_krea2_files_and_folders_only(tmp_path):
     save_file({"other.weight": torch.zeros(2)}, str(files / "other.safetensors"))
     (files / "broken.safetensors").write_bytes(b"not safetensors")
     named = [(path.name, path) for path in sorted(files.iterdir())]
-    assert kd.krea2_files(named) == ["diffusers.safetensors", "native.safetensors"]
+    assert kl.krea2_files(named) == ["diffusers.safetensors", "native.safetensors"]
 
     roots = tmp_path / "diffusers"
     write_diffusers_folder(roots / "org" / "krea2-pipeline" / "transformer", shape=Krea2Shape())
     write_diffusers_folder(roots / "krea2-transformer", shape=Krea2Shape())
     (roots / "flux").mkdir()
     (roots / "flux" / "config.json").write_text(json.dumps({"_class_name": "FluxTransformer2DModel"}))
-    assert kd.krea2_folders([roots, tmp_path / "absent"]) == ["krea2-transformer", "org/krea2-pipeline"]
+    assert kl.krea2_folders([roots, tmp_path / "absent"]) == ["krea2-transformer", "org/krea2-pipeline"]

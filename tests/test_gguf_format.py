@@ -12,6 +12,7 @@ import torch
 from krea2_cachedit.adapters import krea2_checkpoint as kc
 from krea2_cachedit.adapters import krea2_diffusers as kd
 from krea2_cachedit.adapters import krea2_gguf as kg
+from krea2_cachedit.adapters import krea2_listing as kl
 from krea2_gguf_files import dequantized_state_dict, write_krea2_gguf
 from krea2_synthetic import Krea2Shape, native_state_dict
 
@@ -115,8 +116,8 @@ def test_compute_dtype_casts_plain_tensors_and_keeps_norms_fp32(tmp_path):
 
 def test_gguf_is_listed_as_a_candidate(tmp_path):
     path, _ = write(tmp_path / "krea2-Q8_0.gguf", "Q8_0")
-    assert kd.is_krea2_candidate(path)
-    assert kd.krea2_files([("krea2-Q8_0.gguf", str(path))]) == ["krea2-Q8_0.gguf"]
+    assert kl.is_krea2_candidate(path)
+    assert kl.krea2_files([("krea2-Q8_0.gguf", str(path))]) == ["krea2-Q8_0.gguf"]
 
 
 # --- bad input -------------------------------------------------------------------------
@@ -129,7 +130,7 @@ def test_gguf_of_another_architecture_is_named_and_explained(tmp_path):
     message = str(error.value)
     assert "flux1-dev-Q8_0.gguf is a 'flux' GGUF, not a Krea-2 transformer" in message
     assert "double_blocks.0.img_attn.qkv.weight" in message and "'Unet Loader (GGUF)'" in message
-    assert not kd.is_krea2_candidate(path)
+    assert not kl.is_krea2_candidate(path)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
@@ -140,7 +141,7 @@ def test_damaged_gguf_is_reported(tmp_path, damage):
     with pytest.raises(kc.Krea2LoadError,
                        match="not a readable GGUF file .* truncated or corrupt; download or convert"):
         kg.inspect_gguf(path)
-    assert not kd.is_krea2_candidate(path)
+    assert not kl.is_krea2_candidate(path)
 
 
 
