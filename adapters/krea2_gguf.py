@@ -180,7 +180,7 @@ def dequantize(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def stored_shape(tensor: torch.Tensor) -> tuple[int, ...]:
-    """The shape a tensor stands for: a quantized one's bytes are shaped otherwise."""
+    """The shape of the values a tensor holds: a quantized tensor's own shape is that of its bytes."""
     return tuple(tensor.quant_shape) if hasattr(tensor, "quant_type") else tuple(tensor.shape)
 
 
@@ -231,6 +231,7 @@ def load_gguf_transformer(checkpoint: GGUFCheckpoint, compute_dtype: torch.dtype
 
 
 def _stream_tensors(checkpoint: GGUFCheckpoint, quantized: set[str], compute_dtype: torch.dtype) -> TensorStream:
+    # The reader lives in here: when fill_transformer closes the stream, the file's memory map goes too.
     reader = open_reader(checkpoint.path)
     for tensor in reader.tensors:
         if tensor.name in checkpoint.names:
