@@ -1,6 +1,9 @@
 """The pack's logic, kept free of ComfyUI imports.
 
 - ``registry``: which transformer classes are supported and where their blocks are;
+- ``krea2_checkpoint``: what every Krea-2 loader shares (key names, config, filling the model, errors);
+- ``krea2_diffusers``, ``krea2_gguf``: the safetensors and the GGUF loader, built on ``krea2_checkpoint``;
+- ``krea2_listing``: which Krea-2 files and folders the loader node lists;
 - ``settings``: node settings and step masks, resolved per run;
 - ``calibrators``: cache-dit's calibrators as the node offers them;
 - ``step_clock``: which sampling step a model call belongs to;

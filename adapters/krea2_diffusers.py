@@ -1,4 +1,4 @@
-"""Load Krea-2 weights, in any plain layout, into diffusers' ``Krea2Transformer2DModel``.
+"""Load Krea-2 safetensors weights, in any plain layout, into diffusers' ``Krea2Transformer2DModel``.
 
 Three layouts are read, all without a network:
 
@@ -12,7 +12,9 @@ Three layouts are read, all without a network:
 Original-format names go through diffusers' own converter, one tensor at a time, so the
 whole checkpoint is never held twice. Weights are read with safetensors' lazy
 ``safe_open`` and the mapping is closed every ``RELEASE_WINDOW_BYTES`` so that pages of
-the file already copied do not stay resident. Nothing here imports ComfyUI.
+the file already copied do not stay resident. Key names, config and the checks while
+filling the model are ``krea2_checkpoint``'s, shared with the GGUF loader. Nothing here
+imports ComfyUI.
 """
 
 from __future__ import annotations
@@ -20,26 +22,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 
+from .krea2_checkpoint import (
+    DIFFUSERS_MARKER, NATIVE_MARKER, Krea2LoadError, LinearFactory, QuantizedCheckpointError, Shard,
+    TensorStream, build_checkpoint_transformer, build_empty_transformer, convert_native, detect_key_format,
+    diffusers_names, fill_transformer, keeps_fp32, parameter_shapes, single_file_config)
+
 KREA2_CLASS_NAME = "Krea2Transformer2DModel"
 CONFIG_NAME = "config.json"
-NATIVE_MARKER = "txtfusion.projector.weight"
-DIFFUSERS_MARKER = "text_fusion.projector.weight"
-# Checked longest first: "model.diffusion_model." also ends with "diffusion_model.".
-NATIVE_PREFIXES = ("model.diffusion_model.", "diffusion_model.", "")
-DIFFUSERS_PREFIXES = ("transformer.", "")
-
-# Native Krea-2 fixes these; the shapes of a checkpoint cannot tell them (ComfyUI assumes the same).
-HEAD_DIM = 128
-TEXT_FUSION_HEADS = 20
-ROPE_THETA = 1000.0
-NORM_EPS = 1e-5
-
-WEIGHT_DTYPES: dict[str, torch.dtype | None] = {
-    "default": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 QUANTIZED_DTYPES = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "I8", "U8"}
@@ -47,18 +40,8 @@ QUANTIZED_DTYPES = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "I8", "U8"}
 QUANTIZATION_KEY_ENDINGS = ("weight_scale", "weight_scale_2", "input_scale", "scale_weight", "scale_input",
                             "comfy_quant", "scaled_fp8")
 
-GGUF_SUFFIX = ".gguf"  # read by adapters.krea2_gguf
-
 # Reopen the file after this many bytes: pages of a closed mapping leave resident memory.
 RELEASE_WINDOW_BYTES = 16 << 20
-
-
-class Krea2LoadError(ValueError):
-    """A checkpoint that this loader cannot read; the message says which file and what to do."""
-
-
-class QuantizedCheckpointError(Krea2LoadError):
-    """A quantized Krea-2 checkpoint: ComfyUI's own loader reads these."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,17 +56,6 @@ class TensorInfo:
             numel *= size
         torch_dtype = SAFETENSORS_DTYPES.get(self.dtype)
         return numel * (torch_dtype.itemsize if torch_dtype is not None else 1)
-
-
-@dataclasses.dataclass
-class Shard:
-    """One safetensors file and how its keys map onto the diffusers model."""
-
-    path: Path
-    names: dict[str, str]            # stored key -> diffusers parameter name
-    infos: dict[str, TensorInfo]     # stored key -> shape and dtype
-    native: bool                     # original key format: values go through diffusers' converter
-    prefix: str                      # stripped from stored keys before conversion
 
 
 @dataclasses.dataclass
@@ -130,18 +102,6 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
             "download or export it again.") from None
 
 
-def detect_key_format(keys) -> tuple[str, str] | None:
-    """``("native" | "diffusers", prefix)`` for a Krea-2 transformer's keys, or None."""
-    keys = set(keys)
-    for prefix in NATIVE_PREFIXES:
-        if prefix + NATIVE_MARKER in keys and prefix + "first.weight" in keys:
-            return "native", prefix
-    for prefix in DIFFUSERS_PREFIXES:
-        if prefix + DIFFUSERS_MARKER in keys and prefix + "img_in.weight" in keys:
-            return "diffusers", prefix
-    return None
-
-
 def quantization_kind(infos: dict[str, TensorInfo]) -> str | None:
     """A short description of how a checkpoint is quantized, or None for plain weights."""
     for key in infos:
@@ -162,86 +122,7 @@ def check_not_quantized(path: Path, infos: dict[str, TensorInfo]) -> None:
             "ComfyUI's 'Load Diffusion Model' node instead: its MODEL works with KSampler and Krea-2 Cache-DiT.")
 
 
-# --- key names -------------------------------------------------------------------------
-
-def convert_native(key: str, tensor: torch.Tensor) -> tuple[str, torch.Tensor]:
-    """One original-format tensor under its diffusers name, via diffusers' own converter."""
-    from diffusers.loaders.single_file_utils import convert_krea2_transformer_checkpoint_to_diffusers
-
-    ((name, value),) = convert_krea2_transformer_checkpoint_to_diffusers({key: tensor}).items()
-    return name, value
-
-
-def diffusers_names(infos: dict[str, TensorInfo], key_format: str, prefix: str) -> dict[str, str]:
-    """Stored key -> diffusers parameter name, for the keys that belong to the transformer."""
-    names = {}
-    for key, info in infos.items():
-        if not key.startswith(prefix):
-            continue
-        bare = key[len(prefix):]
-        if key_format == "native":
-            bare, _ = convert_native(bare, torch.empty(info.shape, device="meta"))
-        names[key] = bare
-    return names
-
-
-def diffusers_shapes(shards: list[Shard]) -> dict[str, tuple[int, ...]]:
-    """Diffusers parameter name -> shape, as the model will hold it."""
-    shapes = {}
-    for shard in shards:
-        for key, name in shard.names.items():
-            shape = shard.infos[key].shape
-            if shard.native:
-                _, converted = convert_native(key[len(shard.prefix):], torch.empty(shape, device="meta"))
-                shape = tuple(converted.shape)
-            shapes[name] = shape
-    return shapes
-
-
-# --- configuration ---------------------------------------------------------------------
-
-def _count_indexed(shapes: dict, prefix: str) -> int:
-    indices = {name[len(prefix):].split(".", 1)[0] for name in shapes if name.startswith(prefix)}
-    return len({int(index) for index in indices if index.isdigit()})
-
-
-def rope_axes(head_dim: int) -> tuple[int, int, int]:
-    """ComfyUI's native split of a head across the (t, h, w) rotary axes."""
-    spatial = 6 * (head_dim // 16)
-    return (head_dim - 2 * spatial, spatial, spatial)
-
-
-def config_from_shapes(shapes: dict[str, tuple[int, ...]]) -> dict:
-    """The ``Krea2Transformer2DModel`` config that a checkpoint's diffusers-named shapes describe."""
-    try:
-        hidden, in_channels = shapes["img_in.weight"]
-        text_dim = shapes["text_fusion.layerwise_blocks.0.norm1.weight"][0]
-        config = {
-            "in_channels": in_channels,
-            "num_layers": _count_indexed(shapes, "transformer_blocks."),
-            "attention_head_dim": HEAD_DIM,
-            "num_attention_heads": shapes["transformer_blocks.0.attn.to_q.weight"][0] // HEAD_DIM,
-            "num_key_value_heads": shapes["transformer_blocks.0.attn.to_k.weight"][0] // HEAD_DIM,
-            "intermediate_size": shapes["transformer_blocks.0.ff.gate.weight"][0],
-            "timestep_embed_dim": shapes["time_embed.linear_1.weight"][1],
-            "text_hidden_dim": text_dim,
-            "num_text_layers": shapes["text_fusion.projector.weight"][1],
-            "text_num_attention_heads": TEXT_FUSION_HEADS,
-            "text_num_key_value_heads":
-                shapes["text_fusion.layerwise_blocks.0.attn.to_k.weight"][0] // (text_dim // TEXT_FUSION_HEADS),
-            "text_intermediate_size": shapes["text_fusion.layerwise_blocks.0.ff.gate.weight"][0],
-            "num_layerwise_text_blocks": _count_indexed(shapes, "text_fusion.layerwise_blocks."),
-            "num_refiner_text_blocks": _count_indexed(shapes, "text_fusion.refiner_blocks."),
-            "axes_dims_rope": rope_axes(HEAD_DIM),
-            "rope_theta": ROPE_THETA,
-            "norm_eps": NORM_EPS,
-        }
-    except (KeyError, ValueError) as error:
-        raise Krea2LoadError(f"the checkpoint lacks a Krea-2 tensor the config is derived from ({error})") from None
-    if hidden != config["num_attention_heads"] * HEAD_DIM:
-        raise Krea2LoadError(f"transformer width {hidden} is not a multiple of the {HEAD_DIM}-wide attention heads")
-    return config
-
+# --- diffusers folders -----------------------------------------------------------------
 
 def read_folder_config(folder: Path) -> dict | None:
     """The transformer ``config.json`` in ``folder``, or None when it has none."""
@@ -296,6 +177,8 @@ def folder_weight_files(folder: Path) -> list[Path]:
 
 # --- inspection ------------------------------------------------------------------------
 
+# --- inspection ------------------------------------------------------------------------
+
 def _not_krea2(path: Path, infos: dict[str, TensorInfo]) -> Krea2LoadError:
     sample = ", ".join(list(infos)[:3]) or "no tensors"
     return Krea2LoadError(
@@ -314,11 +197,7 @@ def inspect_file(path: Path) -> Krea2Checkpoint:
     kind, prefix = key_format
     names = diffusers_names(infos, kind, prefix)  # other keys (e.g. a VAE in the same file) are ignored
     shard = Shard(path, names, {key: infos[key] for key in names}, kind == "native", prefix)
-    try:
-        config = config_from_shapes(diffusers_shapes([shard]))
-    except Krea2LoadError as error:
-        raise Krea2LoadError(f"{path}: {error}. The file looks like Krea-2 but is incomplete; export it again.") from None
-    return Krea2Checkpoint(path, f"{kind} file", config, [shard])
+    return Krea2Checkpoint(path, f"{kind} file", single_file_config(shard, "export it again"), [shard])
 
 
 def inspect_folder(folder: Path) -> Krea2Checkpoint:
@@ -342,62 +221,7 @@ def inspect(path: Path) -> Krea2Checkpoint:
     return inspect_file(path)
 
 
-def is_krea2_candidate(path: Path) -> bool:
-    """Cheap check for listing: a Krea-2 file (quantized ones too) or a Krea-2 diffusers folder."""
-    path = Path(path)
-    try:
-        if path.is_dir():
-            transformer_folder(path)
-            return True
-        if path.suffix.lower() == GGUF_SUFFIX:
-            from . import krea2_gguf
-
-            return detect_key_format(krea2_gguf.tensor_infos(krea2_gguf.open_reader(path))) is not None
-        return detect_key_format(read_header(path)) is not None
-    except Krea2LoadError:
-        return False
-
-
-# --- building and loading --------------------------------------------------------------
-
-LinearFactory = Callable[[int, int, bool], torch.nn.Module]
-
-
-def build_empty_transformer(config: dict, make_linear: LinearFactory | None = None):
-    """A ``Krea2Transformer2DModel`` with no storage (meta device), optionally with custom Linear layers.
-
-    ``make_linear(in_features, out_features, bias)`` lets a host swap in Linear layers it can
-    offload and patch (ComfyUI's ops); parameter names stay diffusers' own.
-    """
-    from diffusers import Krea2Transformer2DModel
-
-    with torch.device("meta"):
-        model = Krea2Transformer2DModel.from_config(config)
-        if make_linear is not None:
-            _replace_linears(model, make_linear)
-    return model.eval().requires_grad_(False)
-
-
-def _replace_linears(model: torch.nn.Module, make_linear: LinearFactory) -> None:
-    for parent in list(model.modules()):
-        for child_name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, child_name, make_linear(child.in_features, child.out_features, child.bias is not None))
-
-
-def keeps_fp32(name: str) -> bool:
-    """Norm scales stay in fp32, as diffusers keeps them and as native Krea-2 computes with them."""
-    from diffusers import Krea2Transformer2DModel
-
-    parts = name.split(".")
-    return any(module in parts for module in Krea2Transformer2DModel._keep_in_fp32_modules)
-
-
-def _set_parameter(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
-    module_path, _, leaf = name.rpartition(".")
-    module = model.get_submodule(module_path)
-    setattr(module, leaf, torch.nn.Parameter(tensor, requires_grad=False))
-
+# --- loading ---------------------------------------------------------------------------
 
 def _window_keys(shard: Shard) -> Iterator[list[str]]:
     """The shard's keys in file order, grouped into windows of about ``RELEASE_WINDOW_BYTES``."""
@@ -417,7 +241,7 @@ def _owned_copy(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor.to(dtype=dtype, copy=True).contiguous()
 
 
-def _stream_tensors(shard: Shard, dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+def _stream_tensors(shard: Shard, dtype: torch.dtype | None) -> TensorStream:
     from safetensors import safe_open
 
     for window in _window_keys(shard):
@@ -432,11 +256,9 @@ def _stream_tensors(shard: Shard, dtype: torch.dtype | None) -> Iterator[tuple[s
                 del tensor
 
 
-def _release(model: torch.nn.Module) -> None:
-    """Drop every loaded weight of a model whose loading failed."""
-    for module in model.modules():
-        for name, param in list(module.named_parameters(recurse=False)):
-            setattr(module, name, torch.nn.Parameter(torch.empty(param.shape, device="meta"), requires_grad=False))
+def _stream_checkpoint(checkpoint: Krea2Checkpoint, dtype: torch.dtype | None) -> TensorStream:
+    for shard in checkpoint.shards:
+        yield from _stream_tensors(shard, dtype)
 
 
 def load_transformer(checkpoint: Krea2Checkpoint, dtype: torch.dtype | None = None,
@@ -446,88 +268,8 @@ def load_transformer(checkpoint: Krea2Checkpoint, dtype: torch.dtype | None = No
     ``dtype`` None keeps each tensor as stored. Raises ``Krea2LoadError`` naming the file
     when a tensor is missing, unexpected or of the wrong shape; nothing stays loaded then.
     """
-    try:
-        model = build_empty_transformer(checkpoint.config, make_linear)
-    except (TypeError, ValueError) as error:
-        raise Krea2LoadError(f"{checkpoint.path}: its Krea-2 config cannot build a model ({error}).") from None
-    expected = {name: tuple(param.shape) for name, param in
-                build_empty_transformer(checkpoint.config).named_parameters()}
-    loaded: set[str] = set()
-    try:
-        for shard in checkpoint.shards:
-            for name, tensor in _stream_tensors(shard, dtype):
-                _check_tensor(shard.path, name, tuple(tensor.shape), expected)
-                _set_parameter(model, name, tensor)
-                loaded.add(name)
-                del tensor
-        _check_complete(checkpoint.path, expected, loaded,
-                        "The checkpoint is incomplete or its config.json does not match the weights; download it again.")
-    except BaseException:
-        _release(model)
-        raise
-    return model
-
-
-def _check_tensor(path: Path, name: str, shape: tuple[int, ...], expected: dict) -> None:
-    if name not in expected:
-        raise Krea2LoadError(f"{path}: unexpected tensor '{name}' for a Krea-2 transformer; the file mixes in "
-                             "another model's weights or does not match its config.json.")
-    if shape != expected[name]:
-        raise Krea2LoadError(f"{path}: tensor '{name}' has shape {list(shape)} but the Krea-2 config expects "
-                             f"{list(expected[name])}; config.json and weights belong to different models.")
-
-
-def _check_complete(path: Path, expected: dict, loaded: set[str], advice: str) -> None:
-    missing = sorted(set(expected) - loaded)
-    if missing:
-        raise Krea2LoadError(f"{path}: {len(missing)} Krea-2 tensors are missing (e.g. {', '.join(missing[:3])}). "
-                             f"{advice}")
-
-
-# --- listing ---------------------------------------------------------------------------
-
-_CANDIDATE_CACHE: dict[tuple[str, int, int], bool] = {}
-FOLDER_SEARCH_DEPTH = 3  # e.g. diffusers/<org>/<model>/transformer
-
-
-def _cached_is_candidate(path: Path) -> bool:
-    # Headers are re-read only when a file or config changes: the list is rebuilt on every UI refresh.
-    probe = path / CONFIG_NAME if path.is_dir() else path
-    probe = probe if probe.exists() else path / "transformer" / CONFIG_NAME
-    try:
-        stat = probe.stat()
-    except OSError:
-        return False
-    cache_key = (str(path), stat.st_mtime_ns, stat.st_size)
-    if cache_key not in _CANDIDATE_CACHE:
-        _CANDIDATE_CACHE[cache_key] = is_krea2_candidate(path)
-    return _CANDIDATE_CACHE[cache_key]
-
-
-def krea2_files(named_files) -> list[str]:
-    """Names of the Krea-2 safetensors and GGUF files among ``(name, full path)`` pairs."""
-    return [name for name, full_path in named_files
-            if str(name).lower().endswith((".safetensors", GGUF_SUFFIX)) and _cached_is_candidate(Path(full_path))]
-
-
-def krea2_folders(roots) -> list[str]:
-    """Krea-2 diffusers folders under ``roots``, as paths relative to their root."""
-    found = []
-    for root in map(Path, roots):
-        if root.is_dir():
-            found.extend(_walk_folders(root, root, FOLDER_SEARCH_DEPTH))
-    return sorted(set(found))
-
-
-def _walk_folders(root: Path, folder: Path, depth: int) -> list[str]:
-    found = []
-    try:
-        children = sorted(child for child in folder.iterdir() if child.is_dir())
-    except OSError:
-        return found
-    for child in children:
-        if _cached_is_candidate(child):
-            found.append(child.relative_to(root).as_posix())
-        elif depth > 1:
-            found.extend(_walk_folders(root, child, depth - 1))
-    return found
+    model = build_checkpoint_transformer(checkpoint.path, checkpoint.config, make_linear)
+    return fill_transformer(
+        model, checkpoint.path, parameter_shapes(build_empty_transformer(checkpoint.config)),
+        _stream_checkpoint(checkpoint, dtype),
+        advice="The checkpoint is incomplete or its config.json does not match the weights; download it again.")

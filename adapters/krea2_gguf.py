@@ -12,7 +12,8 @@ dequantize kernels, on the ``gguf`` package's reader): a quantized Linear weight
 ``GGUFLinear`` does, so the model holds the file's size. Every other tensor (biases, norm
 scales, modulation tables) is dequantized once at load, whatever the file stored it in:
 ``last.modulation.lin`` is no Linear weight, and a file that quantized it still loads.
-Nothing here imports ComfyUI.
+Key names, config and the checks while filling the model are ``krea2_checkpoint``'s,
+shared with the safetensors loader. Nothing here imports ComfyUI.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Callable
 
 import torch
 
-from . import krea2_diffusers as k2
-from .krea2_diffusers import Krea2LoadError
+from .krea2_checkpoint import (
+    NATIVE_MARKER, Krea2LoadError, LinearFactory, Shard, TensorStream, build_checkpoint_transformer,
+    build_empty_transformer, convert_native, detect_key_format, diffusers_names, fill_transformer, keeps_fp32,
+    parameter_shapes, single_file_config)
 
-GGUF_SUFFIX = k2.GGUF_SUFFIX
+GGUF_SUFFIX = ".gguf"
 ARCHITECTURE_FIELD = "general.architecture"
 KREA2_ARCHITECTURE = "krea2"
 # What torch reads as it is; every other GGUF type is diffusers' GGUFParameter (BF16 included).
@@ -114,7 +117,7 @@ def _not_krea2(path: Path, architecture: str | None, infos: dict) -> Krea2LoadEr
     arch = f"a '{architecture}' GGUF" if architecture else "a GGUF without general.architecture"
     return Krea2LoadError(
         f"{Path(path).name} is {arch}, not a Krea-2 transformer (found {sample}, ...). 'Load Krea-2 (diffusers)' "
-        f"reads Krea-2 GGUFs (keys such as '{k2.NATIVE_MARKER}'); pick a Krea-2 file, or load this model with a "
+        f"reads Krea-2 GGUFs (keys such as '{NATIVE_MARKER}'); pick a Krea-2 file, or load this model with a "
         "loader for its architecture (e.g. ComfyUI-GGUF's 'Unet Loader (GGUF)').")
 
 
@@ -124,18 +127,14 @@ def inspect_gguf(path: Path) -> GGUFCheckpoint:
     reader = open_reader(path)
     architecture = read_architecture(reader)
     infos = tensor_infos(reader)
-    key_format = k2.detect_key_format(infos)
+    key_format = detect_key_format(infos)
     if key_format is None:
         raise _not_krea2(path, architecture, infos)
     kind, prefix = key_format
-    names = k2.diffusers_names(infos, kind, prefix)
+    names = diffusers_names(infos, kind, prefix)
     check_types_supported(path, {key: infos[key] for key in names})
-    shard = k2.Shard(path, names, {key: infos[key] for key in names}, kind == "native", prefix)
-    try:
-        config = k2.config_from_shapes(k2.diffusers_shapes([shard]))
-    except Krea2LoadError as error:
-        raise Krea2LoadError(
-            f"{path}: {error}. The file looks like Krea-2 but is incomplete; convert it again.") from None
+    shard = Shard(path, names, {key: infos[key] for key in names}, kind == "native", prefix)
+    config = single_file_config(shard, "convert it again")
     return GGUFCheckpoint(path, architecture, config, shard.infos, names, kind == "native", prefix)
 
 
@@ -180,8 +179,9 @@ def dequantize(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return dequantize_functions[quant_type](blocks, block_size, type_size, dtype=dtype).reshape(shape).to(dtype)
 
 
-def quantized_shape(tensor: torch.Tensor) -> tuple[int, ...]:
-    return tuple(tensor.quant_shape)
+def stored_shape(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The shape of the values a tensor holds: a quantized tensor's own shape is that of its bytes."""
+    return tuple(tensor.quant_shape) if hasattr(tensor, "quant_type") else tuple(tensor.shape)
 
 
 # --- building and loading --------------------------------------------------------------
@@ -204,21 +204,14 @@ def _swap_quantized_linears(model: torch.nn.Module, names: set[str], make: Quant
         setattr(parent, child_name, new.requires_grad_(False))
 
 
-def _store(model: torch.nn.Module, name: str, value: torch.Tensor) -> None:
-    module_path, _, leaf = name.rpartition(".")
-    if not isinstance(value, torch.nn.Parameter):  # a GGUFParameter is one; wrapping it would drop quant_type
-        value = torch.nn.Parameter(value, requires_grad=False)
-    setattr(model.get_submodule(module_path), leaf, value)
-
-
 def _converted(checkpoint: GGUFCheckpoint, key: str, value: torch.Tensor) -> tuple[str, torch.Tensor]:
     if checkpoint.native:
-        return k2.convert_native(key[len(checkpoint.prefix):], value)
+        return convert_native(key[len(checkpoint.prefix):], value)
     return checkpoint.names[key], value
 
 
 def load_gguf_transformer(checkpoint: GGUFCheckpoint, compute_dtype: torch.dtype,
-                          make_linear: k2.LinearFactory | None = None,
+                          make_linear: LinearFactory | None = None,
                           make_quantized_linear: QuantizedLinearFactory | None = None):
     """Build the diffusers transformer and fill it from the GGUF file.
 
@@ -227,34 +220,22 @@ def load_gguf_transformer(checkpoint: GGUFCheckpoint, compute_dtype: torch.dtype
     Plain tensors are held in ``compute_dtype`` (norm scales in fp32). Raises
     ``Krea2LoadError`` naming the file when a tensor is missing, unexpected or misshapen.
     """
-    try:
-        model = k2.build_empty_transformer(checkpoint.config, make_linear)
-    except (TypeError, ValueError) as error:
-        raise Krea2LoadError(f"{checkpoint.path}: its Krea-2 config cannot build a model ({error}).") from None
-    reference = k2.build_empty_transformer(checkpoint.config)
-    expected = {name: tuple(param.shape) for name, param in reference.named_parameters()}
+    model = build_checkpoint_transformer(checkpoint.path, checkpoint.config, make_linear)
+    reference = build_empty_transformer(checkpoint.config)
     linear_names = {name for name, module in reference.named_modules() if isinstance(module, torch.nn.Linear)}
     quantized = checkpoint.quantized_linears(linear_names)
     _swap_quantized_linears(model, quantized, make_quantized_linear or diffusers_gguf_linear, compute_dtype)
+    return fill_transformer(model, checkpoint.path, parameter_shapes(reference),
+                            _stream_tensors(checkpoint, quantized, compute_dtype),
+                            advice="The file is incomplete; convert or download it again.", shape_of=stored_shape)
 
+
+def _stream_tensors(checkpoint: GGUFCheckpoint, quantized: set[str], compute_dtype: torch.dtype) -> TensorStream:
+    # The reader lives in here: when fill_transformer closes the stream, the file's memory map goes too.
     reader = open_reader(checkpoint.path)
-    loaded: set[str] = set()
-    try:
-        for tensor in reader.tensors:
-            if tensor.name not in checkpoint.names:
-                continue
-            name, value = _load_one(checkpoint, tensor, quantized, compute_dtype)
-            shape = quantized_shape(value) if hasattr(value, "quant_type") else tuple(value.shape)
-            k2._check_tensor(checkpoint.path, name, shape, expected)
-            _store(model, name, value)
-            loaded.add(name)
-        k2._check_complete(checkpoint.path, expected, loaded, "The file is incomplete; convert or download it again.")
-    except BaseException:
-        k2._release(model)
-        raise
-    finally:
-        del reader
-    return model
+    for tensor in reader.tensors:
+        if tensor.name in checkpoint.names:
+            yield _load_one(checkpoint, tensor, quantized, compute_dtype)
 
 
 def _load_one(checkpoint: GGUFCheckpoint, tensor, quantized: set[str], compute_dtype: torch.dtype):
@@ -262,7 +243,7 @@ def _load_one(checkpoint: GGUFCheckpoint, tensor, quantized: set[str], compute_d
     name = checkpoint.names[tensor.name]
     if name.endswith(".weight") and name[:-len(".weight")] in quantized:
         return name, value  # stays quantized; the layer dequantizes it at use
-    target = torch.float32 if k2.keeps_fp32(name) else compute_dtype
+    target = torch.float32 if keeps_fp32(name) else compute_dtype
     # Dequantized before conversion: the converter reshapes modulation tables by their real shape.
     value = dequantize(value, torch.float32).to(target) if hasattr(value, "quant_type") else value.to(target)
     return _converted(checkpoint, tensor.name, value.contiguous())

@@ -52,11 +52,12 @@ def measure(path: Path, dtype_name: str) -> dict:
     import torch  # noqa: F401  (imported before the baseline so its libraries are not counted)
     import diffusers  # noqa: F401
     from krea2_cachedit.adapters import krea2_diffusers as kd
+    from krea2_cachedit.adapters.krea2_checkpoint import WEIGHT_DTYPES
 
     checkpoint = kd.inspect(path)
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM (peak RSS) to the current RSS
     before = _status_kib("VmRSS") * 1024
-    model = kd.load_transformer(checkpoint, kd.WEIGHT_DTYPES[dtype_name])
+    model = kd.load_transformer(checkpoint, WEIGHT_DTYPES[dtype_name])
     peak = _status_kib("VmHWM") * 1024
     after = _status_kib("VmRSS") * 1024
     loaded = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -27,7 +27,7 @@ import comfy.patcher_extension
 import comfy.supported_models
 import comfy.utils
 
-from ..adapters import krea2_diffusers, krea2_gguf
+from ..adapters import krea2_checkpoint, krea2_diffusers, krea2_gguf
 from . import gguf_model
 
 PATCH = 2
@@ -149,7 +149,7 @@ def native_key_translation(unet_config: dict) -> dict[str, str]:
     native = comfy.ldm.krea2.model.SingleStreamDiT(**settings, device="meta", operations=plain_ops)
     translation = {}
     for name, tensor in native.state_dict().items():
-        diffusers_name, converted = krea2_diffusers.convert_native(name, tensor)
+        diffusers_name, converted = krea2_checkpoint.convert_native(name, tensor)
         if converted.shape == tensor.shape:
             translation[DIFFUSION_MODEL_PREFIX + name] = TRANSFORMER_PREFIX + diffusers_name
     return translation
@@ -267,7 +267,7 @@ def load_krea2_diffusers(path, weight_dtype: str = "default", disable_dynamic: b
     load_device = comfy.model_management.get_torch_device()
     offload_device = comfy.model_management.unet_offload_device()
     model_config = comfy.supported_models.Krea2(native_unet_config(checkpoint.config))
-    unet_dtype = krea2_diffusers.WEIGHT_DTYPES[weight_dtype] or _default_dtype(checkpoint, model_config, load_device)
+    unet_dtype = krea2_checkpoint.WEIGHT_DTYPES[weight_dtype] or _default_dtype(checkpoint, model_config, load_device)
     manual_cast_dtype = comfy.model_management.unet_manual_cast(
         unet_dtype, load_device, model_config.supported_inference_dtypes)
     try:
@@ -282,7 +282,7 @@ def load_krea2_diffusers(path, weight_dtype: str = "default", disable_dynamic: b
             checkpoint, unet_dtype, make_linear, gguf_model.quantized_linear_factory(operations))
         patcher_class = Krea2GGUFPatcher
     else:
-        transformer = krea2_diffusers.load_transformer(checkpoint, krea2_diffusers.WEIGHT_DTYPES[weight_dtype],
+        transformer = krea2_diffusers.load_transformer(checkpoint, krea2_checkpoint.WEIGHT_DTYPES[weight_dtype],
                                                        make_linear)
         patcher_class = Krea2DiffusersPatcher
     model = Krea2DiffusersModel(model_config, Krea2DiffusersTransformer(transformer, unet_dtype))

@@ -1,4 +1,5 @@
-"""The "Load Krea-2 (diffusers)" node: a thin shell around ``adapters.krea2_diffusers``."""
+"""The "Load Krea-2 (diffusers)" node: a thin shell around the loader adapters
+(``krea2_listing`` for its list, ``krea2_checkpoint`` for its weight dtypes)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..adapters import krea2_diffusers
+from ..adapters import krea2_checkpoint, krea2_gguf, krea2_listing
 from .plain_errors import plain_errors
 
 FILE_FOLDER = "diffusion_models"
@@ -19,7 +20,7 @@ def list_model_names() -> list[str]:
     files = [(name, folder_paths.get_full_path(FILE_FOLDER, name))
              for name in folder_paths.get_filename_list(FILE_FOLDER)]
     files = [(name, path) for name, path in files if path] + gguf_files()
-    return krea2_diffusers.krea2_files(files) + krea2_diffusers.krea2_folders(
+    return krea2_listing.krea2_files(files) + krea2_listing.krea2_folders(
         folder_paths.get_folder_paths(DIFFUSERS_FOLDER))
 
 
@@ -30,7 +31,7 @@ def gguf_files() -> list[tuple[str, str]]:
         if os.path.isdir(root):
             names, _ = folder_paths.recursive_search(root)
             found += [(name, os.path.join(root, name))
-                      for name in folder_paths.filter_files_extensions(names, [krea2_diffusers.GGUF_SUFFIX])]
+                      for name in folder_paths.filter_files_extensions(names, [krea2_gguf.GGUF_SUFFIX])]
     return sorted(found)
 
 
@@ -63,7 +64,7 @@ class Krea2DiffusersLoader(io.ComfyNode):
                     "Q8_0/Q5_K/Q4_K, which stays quantized), or a diffusers Krea-2 folder from models/diffusers "
                     "(the transformer folder or the pipeline folder holding transformer/). fp8/int8/nvfp4 "
                     "safetensors need ComfyUI's 'Load Diffusion Model' instead.")),
-                io.Combo.Input("weight_dtype", options=list(krea2_diffusers.WEIGHT_DTYPES), default="default",
+                io.Combo.Input("weight_dtype", options=list(krea2_checkpoint.WEIGHT_DTYPES), default="default",
                                tooltip=("Precision to hold the weights in: 'default' keeps them as stored; "
                                         "bf16/fp16 halve fp32 weights; norm scales always stay fp32. For a GGUF, "
                                         "the precision it computes in ('default': ComfyUI's choice for the "

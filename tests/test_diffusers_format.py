@@ -13,7 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from krea2_cachedit.adapters import krea2_checkpoint as kc
 from krea2_cachedit.adapters import krea2_diffusers as kd
+from krea2_cachedit.adapters import krea2_listing as kl
 from krea2_synthetic import Krea2Shape, diffusers_transformer, native_state_dict
 
 # Not the default shape: every derived config field differs from diffusers' defaults and the tiny default.
@@ -53,17 +55,17 @@ def assert_same_weights(model, shape=ODD_SHAPE, seed=SEED):
 @pytest.mark.parametrize("prefix", ["", "model.diffusion_model.", "diffusion_model."])
 def test_native_keys_are_detected_with_any_prefix(prefix):
     keys = {prefix + key for key in native_state_dict(Krea2Shape())}
-    assert kd.detect_key_format(keys) == ("native", prefix)
+    assert kc.detect_key_format(keys) == ("native", prefix)
 
 
 @pytest.mark.parametrize("prefix", ["", "transformer."])
 def test_diffusers_keys_are_detected(prefix):
     keys = {prefix + key for key in diffusers_state_dict(Krea2Shape())}
-    assert kd.detect_key_format(keys) == ("diffusers", prefix)
+    assert kc.detect_key_format(keys) == ("diffusers", prefix)
 
 
 def test_other_models_are_not_detected():
-    assert kd.detect_key_format({"double_blocks.0.img_attn.qkv.weight", "img_in.weight"}) is None
+    assert kc.detect_key_format({"double_blocks.0.img_attn.qkv.weight", "img_in.weight"}) is None
 
 
 @pytest.mark.parametrize("writer", [write_native, write_diffusers_file])
@@ -74,14 +76,14 @@ def test_config_is_derived_from_tensor_shapes(tmp_path, writer):
 
 
 def test_rope_axes_follow_comfyui_native_split():
-    assert kd.rope_axes(128) == (32, 48, 48)
-    assert sum(kd.rope_axes(256)) == 256
+    assert kc.rope_axes(128) == (32, 48, 48)
+    assert sum(kc.rope_axes(256)) == 256
 
 
 def test_native_names_go_through_diffusers_converter():
-    name, tensor = kd.convert_native("blocks.2.mod.lin", torch.zeros(6 * 384))
+    name, tensor = kc.convert_native("blocks.2.mod.lin", torch.zeros(6 * 384))
     assert name == "transformer_blocks.2.scale_shift_table" and tensor.shape == (6, 384)
-    assert kd.convert_native("blocks.0.attn.wq.weight", torch.zeros(1))[0] == "transformer_blocks.0.attn.to_q.weight"
+    assert kc.convert_native("blocks.0.attn.wq.weight", torch.zeros(1))[0] == "transformer_blocks.0.attn.to_q.weight"
 
 
 # --- loading every layout ----------------------------------------------------------------
@@ -155,7 +157,7 @@ def test_scaled_fp8_file_points_to_comfyui_loader(tmp_path):
     weights["blocks.0.attn.wq.weight_scale"] = torch.tensor(1.0)
     path = tmp_path / "krea2_fp8_scaled.safetensors"
     save_file(weights, str(path))
-    with pytest.raises(kd.QuantizedCheckpointError, match="Load Diffusion Model") as error:
+    with pytest.raises(kc.QuantizedCheckpointError, match="Load Diffusion Model") as error:
         kd.inspect(path)
     assert "krea2_fp8_scaled.safetensors" in str(error.value) and "weight_scale" in str(error.value)
 
@@ -164,13 +166,13 @@ def test_int8_weights_without_scale_keys_are_still_quantized(tmp_path):
     weights = native_state_dict(Krea2Shape())
     weights["blocks.1.mlp.up.weight"] = weights["blocks.1.mlp.up.weight"].to(torch.int8)
     save_file(weights, str(tmp_path / "krea2_int8.safetensors"))
-    with pytest.raises(kd.QuantizedCheckpointError, match="I8"):
+    with pytest.raises(kc.QuantizedCheckpointError, match="I8"):
         kd.inspect(tmp_path / "krea2_int8.safetensors")
 
 
 def test_file_of_another_model_is_named_and_explained(tmp_path):
     save_file({"double_blocks.0.img_attn.qkv.weight": torch.zeros(4, 4)}, str(tmp_path / "flux.safetensors"))
-    with pytest.raises(kd.Krea2LoadError, match="flux.safetensors is not a Krea-2 transformer") as error:
+    with pytest.raises(kc.Krea2LoadError, match="flux.safetensors is not a Krea-2 transformer") as error:
         kd.inspect(tmp_path / "flux.safetensors")
     assert "txtfusion.projector.weight" in str(error.value)
 
@@ -178,20 +180,20 @@ def test_file_of_another_model_is_named_and_explained(tmp_path):
 def test_truncated_file_is_reported(tmp_path):
     data = write_native(tmp_path / "full.safetensors").read_bytes()
     (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(kd.Krea2LoadError, match=r"cut\.safetensors.*truncated or corrupt"):
+    with pytest.raises(kc.Krea2LoadError, match=r"cut\.safetensors.*truncated or corrupt"):
         kd.inspect(tmp_path / "cut.safetensors")
 
 
 def test_non_safetensors_file_is_refused(tmp_path):
     (tmp_path / "model.ckpt").write_bytes(b"\x80\x02}q\x00.")
-    with pytest.raises(kd.Krea2LoadError, match="only .safetensors"):
+    with pytest.raises(kc.Krea2LoadError, match="only .safetensors"):
         kd.inspect(tmp_path / "model.ckpt")
 
 
 def test_folder_with_another_models_config_is_reported(tmp_path):
     (tmp_path / "flux").mkdir()
     (tmp_path / "flux" / "config.json").write_text(json.dumps({"_class_name": "FluxTransformer2DModel"}))
-    with pytest.raises(kd.Krea2LoadError, match="FluxTransformer2DModel, not a Krea-2 transformer"):
+    with pytest.raises(kc.Krea2LoadError, match="FluxTransformer2DModel, not a Krea-2 transformer"):
         kd.inspect(tmp_path / "flux")
 
 
@@ -199,7 +201,7 @@ def test_folder_without_weights_is_reported(tmp_path):
     folder = write_diffusers_folder(tmp_path / "krea2")
     for shard in folder.glob("*.safetensors"):
         shard.unlink()
-    with pytest.raises(kd.Krea2LoadError, match="shards listed in .* are missing"):
+    with pytest.raises(kc.Krea2LoadError, match="shards listed in .* are missing"):
         kd.inspect(folder)
 
 
@@ -209,7 +211,7 @@ def test_config_that_does_not_match_weights_fails_and_frees_everything(tmp_path)
     config["num_key_value_heads"] = 2  # the stored k/v projections are for 1 kv head
     (folder / "config.json").write_text(json.dumps(config))
     # Keep the error (and so its traceback's frames) alive, as ComfyUI does while it reports it.
-    with pytest.raises(kd.Krea2LoadError, match=r"attn\.to_k\.weight' has shape \[128, 256\].*expects \[256, 256\]") as error:
+    with pytest.raises(kc.Krea2LoadError, match=r"attn\.to_k\.weight' has shape \[128, 256\].*expects \[256, 256\]") as error:
         kd.load_transformer(kd.inspect(folder))
     gc.collect()
     from diffusers import Krea2Transformer2DModel
@@ -223,7 +225,7 @@ def test_missing_tensor_is_reported(tmp_path):
     weights = native_state_dict(Krea2Shape())
     del weights["blocks.3.mlp.down.weight"]
     save_file(weights, str(tmp_path / "partial.safetensors"))
-    with pytest.raises(kd.Krea2LoadError, match=r"partial\.safetensors: 1 Krea-2 tensors are missing.*ff\.down"):
+    with pytest.raises(kc.Krea2LoadError, match=r"partial\.safetensors: 1 Krea-2 tensors are missing.*ff\.down"):
         kd.load_transformer(kd.inspect(tmp_path / "partial.safetensors"))
 
 
@@ -237,11 +239,11 @@ def test_listing_keeps_krea2_files_and_folders_only(tmp_path):
     save_file({"other.weight": torch.zeros(2)}, str(files / "other.safetensors"))
     (files / "broken.safetensors").write_bytes(b"not safetensors")
     named = [(path.name, path) for path in sorted(files.iterdir())]
-    assert kd.krea2_files(named) == ["diffusers.safetensors", "native.safetensors"]
+    assert kl.krea2_files(named) == ["diffusers.safetensors", "native.safetensors"]
 
     roots = tmp_path / "diffusers"
     write_diffusers_folder(roots / "org" / "krea2-pipeline" / "transformer", shape=Krea2Shape())
     write_diffusers_folder(roots / "krea2-transformer", shape=Krea2Shape())
     (roots / "flux").mkdir()
     (roots / "flux" / "config.json").write_text(json.dumps({"_class_name": "FluxTransformer2DModel"}))
-    assert kd.krea2_folders([roots, tmp_path / "absent"]) == ["krea2-transformer", "org/krea2-pipeline"]
+    assert kl.krea2_folders([roots, tmp_path / "absent"]) == ["krea2-transformer", "org/krea2-pipeline"]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from krea2_cachedit.adapters import krea2_checkpoint as kc
 from krea2_cachedit.adapters import krea2_diffusers as kd
 from krea2_cachedit.adapters import krea2_gguf as kg
+from krea2_cachedit.adapters import krea2_listing as kl
 from krea2_gguf_files import dequantized_state_dict, write_krea2_gguf
 from krea2_synthetic import Krea2Shape, native_state_dict
 
@@ -114,8 +116,8 @@ def test_compute_dtype_casts_plain_tensors_and_keeps_norms_fp32(tmp_path):
 
 def test_gguf_is_listed_as_a_candidate(tmp_path):
     path, _ = write(tmp_path / "krea2-Q8_0.gguf", "Q8_0")
-    assert kd.is_krea2_candidate(path)
-    assert kd.krea2_files([("krea2-Q8_0.gguf", str(path))]) == ["krea2-Q8_0.gguf"]
+    assert kl.is_krea2_candidate(path)
+    assert kl.krea2_files([("krea2-Q8_0.gguf", str(path))]) == ["krea2-Q8_0.gguf"]
 
 
 # --- bad input -------------------------------------------------------------------------
@@ -123,12 +125,12 @@ def test_gguf_is_listed_as_a_candidate(tmp_path):
 def test_gguf_of_another_architecture_is_named_and_explained(tmp_path):
     path = tmp_path / "flux1-dev-Q8_0.gguf"
     write_krea2_gguf(path, {"double_blocks.0.img_attn.qkv.weight": torch.zeros(64, 64)}, "Q8_0", architecture="flux")
-    with pytest.raises(kd.Krea2LoadError) as error:
+    with pytest.raises(kc.Krea2LoadError) as error:
         kg.inspect_gguf(path)
     message = str(error.value)
     assert "flux1-dev-Q8_0.gguf is a 'flux' GGUF, not a Krea-2 transformer" in message
     assert "double_blocks.0.img_attn.qkv.weight" in message and "'Unet Loader (GGUF)'" in message
-    assert not kd.is_krea2_candidate(path)
+    assert not kl.is_krea2_candidate(path)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
@@ -136,17 +138,17 @@ def test_damaged_gguf_is_reported(tmp_path, damage):
     path, _ = write(tmp_path / "krea2.gguf", "Q8_0")
     whole = path.read_bytes()
     path.write_bytes(whole[: len(whole) * 2 // 3] if damage == "truncated" else b"GGUF" + bytes(range(256)) * 8)
-    with pytest.raises(kd.Krea2LoadError,
+    with pytest.raises(kc.Krea2LoadError,
                        match="not a readable GGUF file .* truncated or corrupt; download or convert"):
         kg.inspect_gguf(path)
-    assert not kd.is_krea2_candidate(path)
+    assert not kl.is_krea2_candidate(path)
 
 
 
 def test_type_diffusers_cannot_dequantize_is_refused_before_loading(tmp_path):
     path, types = write(tmp_path / "krea2-odd.gguf", "Q8_0", overrides={"blocks.1.attn.wq.weight": "F64"})
     assert types["blocks.1.attn.wq.weight"] == "F64"
-    with pytest.raises(kd.Krea2LoadError, match=r"krea2-odd.gguf: tensor 'blocks.1.attn.wq.weight' is stored as "
+    with pytest.raises(kc.Krea2LoadError, match=r"krea2-odd.gguf: tensor 'blocks.1.attn.wq.weight' is stored as "
                                                 r"F64, which diffusers cannot dequantize .*BF16.*Q8_0"):
         kg.inspect_gguf(path)
 
