@@ -170,7 +170,7 @@ def test_cached_steps_dequantize_only_the_blocks_they_compute(tmp_path):
     target, clock = registry.resolve(model), StepClock(sigmas)
     per_step = []
     with CacheRun(target, plan_run(CacheSettings(steps_mask="fast"), clock.steps, target.num_blocks), clock,
-                  1.0, 1) as run:
+                  conds_per_step=1) as run:
         x = torch.randn(1, 16, SHAPE.channels * 4, generator=torch.Generator().manual_seed(0))
         for i in range(steps):
             dequantized.clear()
@@ -178,6 +178,6 @@ def test_cached_steps_dequantize_only_the_blocks_they_compute(tmp_path):
                 out = forward(model, x, sigmas[i])
             x = x + (sigmas[i + 1] - sigmas[i]) * out
             per_step.append({name.split(".")[1] for name in dequantized})
-    assert run.record.cached_steps == [3, 5, 6]
+    assert [call.step for call in run.observation.calls if call.cached] == [3, 5, 6]
     every_block = {str(block) for block in range(SHAPE.layers)}
     assert per_step == [{"0"} if step in (3, 5, 6) else every_block for step in range(steps)]
