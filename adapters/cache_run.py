@@ -124,6 +124,8 @@ def _cfg_mode(branches: tuple[int, ...], conds_per_step: int) -> str:
 class CacheRun:
     """cache-dit enabled on ``target`` for one sampling run; use as a context manager."""
 
+    parallel = None  # only a run on several devices (``MultiDeviceRun``) has a ParallelOutcome
+
     def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, conds_per_step: int,
                  host=None, tell_block_index: BlockIndexTeller | None = None):
         self.target = target
@@ -199,10 +201,8 @@ class CacheRun:
 
     @property
     def observations(self) -> list[RunObservation]:
-        """This run's observation, as the one device of a run (see ``MultiDeviceRun``)."""
+        """This run's observation, as the one device of a run (see ``MultiDeviceRun``); none before it ended."""
         return [self.observation] if self.observation is not None else []
-
-    parallel = None  # only a run on several devices has a ParallelOutcome
 
     def _observe(self, status: str) -> RunObservation:
         layout = self.first_layout

@@ -141,7 +141,12 @@ def _calibrator_text(calibrator: dict | None) -> str:
 
 def record_or_none(plan: RunPlan, clock, model: str, observations: Sequence[RunObservation], meta: RunMeta,
                    parallel: ParallelOutcome | None = None) -> RunRecord | None:
-    """``build``, except that when the run itself failed, a failure here must not hide its error."""
+    """``build``, except that when the run itself failed, a failure here must not hide its error.
+
+    None also for a run that never started (enabling cache-dit failed): it has nothing to report.
+    """
+    if not observations:
+        return None
     failing = any(o.status != "ok" for o in observations)
     try:
         return build(plan, clock, model, observations, meta, parallel)
