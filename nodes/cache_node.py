@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..adapters.calibrators import CALIBRATORS, DMD_HISTORY, LEGACY_SWITCH, TAYLORSEER_ORDERS, from_legacy_switch
+from ..adapters.calibrators import CALIBRATORS, DMD_HISTORY, TAYLORSEER_ORDERS
 from ..adapters.registry import resolve
 from ..adapters.settings import STEP_MASKS, CacheSettings, check_compute_blocks
 from .plain_errors import plain_errors
@@ -56,10 +56,7 @@ class Krea2CacheDiT(io.ComfyNode):
                      "Most steps served from the cache in one run (-1: no limit)."),
                 _int("max_continuous_cached_steps", DEFAULTS.max_continuous_cached_steps, -1, 1000,
                      "Most cached steps in a row before one is computed again (-1: no limit)."),
-                # Optional only so that API prompts written for the former enable_taylorseer switch
-                # (which send none of these) still run; the editor shows them like the others.
-                io.Combo.Input("calibrator", options=list(CALIBRATORS), default=DEFAULTS.calibrator, optional=True,
-                               tooltip=(
+                io.Combo.Input("calibrator", options=list(CALIBRATORS), default=DEFAULTS.calibrator, tooltip=(
                                    "What a cached step serves. none (default, as in the reference settings): the "
                                    "last computed step's residual as is. taylorseer: a Taylor forecast of it "
                                    "(taylorseer_order). foca: an ODE predictor-corrector forecast. dmd: an "
@@ -67,17 +64,15 @@ class Krea2CacheDiT(io.ComfyNode):
                                    "dmd_history computed steps; until 4 evenly spaced computed steps exist it "
                                    "serves a first-order Taylor forecast. Not measured on real Krea-2 weights.")),
                 io.Int.Input("taylorseer_order", default=DEFAULTS.taylorseer_order, min=TAYLORSEER_ORDERS[0],
-                             max=TAYLORSEER_ORDERS[1], optional=True,
+                             max=TAYLORSEER_ORDERS[1],
                              tooltip="calibrator taylorseer only: order of the Taylor forecast (1 or 2 recommended)."),
                 io.Int.Input("dmd_history", default=DEFAULTS.dmd_history, min=DMD_HISTORY[0], max=DMD_HISTORY[1],
-                             optional=True, tooltip=(
+                             tooltip=(
                                  "calibrator dmd only: computed steps its fit uses (at least 4; cache-dit "
                                  "recommends 5-6). Each is a full residual kept in memory per CFG stream.")),
             ],
             outputs=[io.Model.Output(tooltip="A copy of the model that samples with Cache-DiT; the input is unchanged.")],
-            # The prompt itself: to read an enable_taylorseer it still sends (not an input any more,
-            # so ComfyUI would drop it silently).
-            hidden=[io.Hidden.unique_id, io.Hidden.prompt],
+            hidden=[io.Hidden.unique_id],
             # The MODEL it returns carries this node's id (its stats go to this node). ComfyUI's
             # cache would hand that MODEL to another node with the same inputs under another id
             # (it does not key V3 nodes by their hidden unique_id), so key it by node id.
@@ -87,31 +82,20 @@ class Krea2CacheDiT(io.ComfyNode):
     @classmethod
     def execute(cls, model, steps_mask, Fn_compute_blocks, Bn_compute_blocks, residual_diff_threshold,
                 max_warmup_steps, warmup_interval, max_cached_steps, max_continuous_cached_steps,
-                calibrator=None, taylorseer_order=DEFAULTS.taylorseer_order,
-                dmd_history=DEFAULTS.dmd_history) -> io.NodeOutput:
+                calibrator, taylorseer_order, dmd_history) -> io.NodeOutput:
         with plain_errors():
-            calibrator, notes = cls._calibrator_asked_for(calibrator)
             settings = CacheSettings(
                 Fn_compute_blocks=Fn_compute_blocks, Bn_compute_blocks=Bn_compute_blocks,
                 residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
                 warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
                 max_continuous_cached_steps=max_continuous_cached_steps, calibrator=calibrator,
                 taylorseer_order=taylorseer_order, dmd_history=dmd_history, steps_mask=steps_mask)
-            return cls._patched(model, settings, notes)
+            return cls._patched(model, settings)
 
     @classmethod
-    def _patched(cls, model, settings: CacheSettings, notes: tuple[str, ...]) -> io.NodeOutput:
+    def _patched(cls, model, settings: CacheSettings) -> io.NodeOutput:
         target = resolve(model.model.diffusion_model)
         check_compute_blocks(settings, target.num_blocks)
         patched = model.clone()
-        install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""), notes=notes))
+        install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or "")))
         return io.NodeOutput(patched)
-
-    @classmethod
-    def _calibrator_asked_for(cls, calibrator: str | None) -> tuple[str, tuple[str, ...]]:
-        """The calibrator input, or what a prompt's former enable_taylorseer switch asks for (and a note)."""
-        own = (cls.hidden.prompt or {}).get(str(cls.hidden.unique_id), {}).get("inputs", {})
-        if LEGACY_SWITCH not in own:
-            return calibrator or DEFAULTS.calibrator, ()
-        mapped, note = from_legacy_switch(own[LEGACY_SWITCH], calibrator)
-        return mapped, (note,)  # logged and in the stats' warnings with every run
