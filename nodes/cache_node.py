@@ -7,6 +7,7 @@ from comfy_api.latest import io
 from ..adapters.calibrators import CALIBRATORS, DMD_HISTORY, TAYLORSEER_ORDERS
 from ..adapters.registry import resolve
 from ..adapters.settings import STEP_MASKS, CacheSettings, check_compute_blocks
+from .input_checks import schema_problem
 from .plain_errors import plain_errors
 from .wrappers import CacheDiTHolder, install
 
@@ -78,6 +79,11 @@ class Krea2CacheDiT(io.ComfyNode):
             # (it does not key V3 nodes by their hidden unique_id), so key it by node id.
             not_idempotent=True,
         )
+
+    @classmethod
+    def validate_inputs(cls, **kwargs) -> bool | str:
+        # At queue time: a bad number is refused with POST /prompt's 400 before anything runs.
+        return schema_problem(cls.define_schema().inputs, kwargs) or True
 
     @classmethod
     def execute(cls, model, steps_mask, Fn_compute_blocks, Bn_compute_blocks, residual_diff_threshold,
