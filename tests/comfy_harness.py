@@ -256,6 +256,13 @@ class ComfyServer:
         return load_file(str(path))["latent_tensor"]
 
 
+def strict_loads(text: str | bytes):
+    """``text`` parsed as strict JSON: a bare NaN or Infinity fails, as in the editor's JSON.parse."""
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: bare {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
 def prompt_error(entry: dict) -> str | None:
     """The exception message of a failed prompt, or None when it succeeded."""
     if entry["status"].get("status_str") == "success":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -10,7 +9,7 @@ import time
 import pytest
 import torch
 
-from comfy_harness import prompt_error
+from comfy_harness import prompt_error, strict_loads
 from krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
@@ -145,18 +144,12 @@ def test_too_many_compute_blocks_fails_clearly(comfy_server):
     assert stats["status"] == "ok" and stats["cached_steps"] == FAST_8_CACHED
 
 
-def strict_json(text: str):
-    """``text`` parsed as strict JSON: a bare NaN or Infinity fails, as in a browser's JSON.parse."""
-    def refuse(constant):
-        raise ValueError(f"not strict JSON: {constant}")
-    return json.loads(text, parse_constant=refuse)
-
-
 # Bad numbers for the node's number inputs (input, value, what the refusal says), sent as the raw
 # JSON the API reads (NaN, Infinity). Every INT and FLOAT input's schema range is checked.
 BAD_NUMBERS = [
     ("residual_diff_threshold", math.nan, "residual_diff_threshold is nan, not a finite number: set it to a "
                                           "number from 0 to 2 (default 0.24)."),
+    ("residual_diff_threshold", "nan", "residual_diff_threshold is nan, not a finite number"),  # ComfyUI: float()
     ("residual_diff_threshold", math.inf, "residual_diff_threshold is inf, not a finite number"),
     ("residual_diff_threshold", -math.inf, "residual_diff_threshold is -inf, not a finite number"),
     ("residual_diff_threshold", 2.5, "residual_diff_threshold is 2.5, out of range: set it to a number from 0 to 2"),
@@ -172,10 +165,10 @@ BAD_NUMBERS = [
 ]
 
 
-@pytest.mark.parametrize("name, value, message", BAD_NUMBERS, ids=[f"{n}={v}" for n, v, _ in BAD_NUMBERS])
+@pytest.mark.parametrize("name, value, message", BAD_NUMBERS, ids=[f"{n}={v!r}" for n, v, _ in BAD_NUMBERS])
 def test_bad_numbers_are_refused_when_queued(comfy_server, name, value, message):
     answer, body = comfy_server.refusal(krea2_prompt(cache={**FAST, name: value}, prefix="refused"))
-    assert strict_json(body) == answer, "the refusal echoes the bad value back as a bare NaN or Infinity"
+    assert strict_loads(body) == answer, "the refusal echoes the bad value back as a bare NaN or Infinity"
     errors = answer["node_errors"]["5"]["errors"]
     assert list(answer["node_errors"]) == ["5"], answer["node_errors"]
     assert errors and all(e["type"] == "custom_validation_failed" and message in e["details"] for e in errors), errors
