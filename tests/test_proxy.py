@@ -10,15 +10,14 @@ Turbo-like runs are 8 steps at CFG 1, Raw-like runs 52 steps at CFG 3.5 (cond an
 
 from __future__ import annotations
 
-import sys
+import math
 
 import pytest
 import torch
 from comfy_harness import REPO_ROOT, prompt_error
 from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, proxy_prompt
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from speedup import image_error  # noqa: E402  (the benchmarks' image error: one formula for both)
+from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse
 
 pytestmark = pytest.mark.tier("proxy")
 
@@ -30,11 +29,11 @@ TRAINED_ACCURACY = 0.9
 
 
 def mae_255(image, reference) -> float:
-    return image_error(image, reference)[0]
+    return mae_255_and_mse(image, reference)[0]
 
 
 def psnr_db(image, reference) -> float:
-    return image_error(image, reference)[1]
+    return psnr_from_mse(mae_255_and_mse(image, reference)[1], cap=math.inf)
 
 
 def sample(server, proxy, *, label=0, seed=0, cache=None, batch=1, model=PROXY_MODEL, **recipe):
