@@ -19,41 +19,21 @@ import math
 import os
 import random
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from browser_harness import ARTIFACTS, BROWSER_DIR, quiet_first_run
 from comfy_harness import STATS_ROUTE, ComfyServer
 from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
 pytestmark = pytest.mark.tier("browser")
 
-BROWSER_DIR = Path(__file__).resolve().parent / "browser"
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 # The random tiny model's residual changes are large (~0.7-1 per step after warmup): at this
 # threshold some steps cache and others don't, so the chart has both kinds of marks.
 RUN_CACHE = {"residual_diff_threshold": 0.9}
 STEPS = 8
 CACHE_NODE_ID = 5
-
-
-@pytest.fixture(scope="module")
-def browser_tools() -> tuple[str, str]:
-    """Node and Chromium paths, or a skip (before any server starts) that says how to get them."""
-    chromium = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
-    node = shutil.which("node")
-    missing = []
-    if not Path(chromium).exists():
-        missing.append("chromium (apt-get install chromium)")
-    if node is None:
-        missing.append("node")
-    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
-        missing.append("playwright-core (npm ci in tests/browser)")
-    if missing:
-        pytest.skip(f"browser test needs {', '.join(missing)}; run tests/browser/setup.sh")
-    return node, chromium
 
 
 def ui_workflow(seed: int, cache: dict | None = None) -> dict:
@@ -96,28 +76,6 @@ def ui_workflow(seed: int, cache: dict | None = None) -> dict:
              [5, 4, 0, 6, 3, "LATENT"], [6, 6, 0, 7, 0, "LATENT"]]
     return {"last_node_id": 7, "last_link_id": 6, "nodes": nodes, "links": links, "groups": [],
             "config": {}, "extra": {"ds": {"scale": 1.0, "offset": [80, 110]}}, "version": 0.4}
-
-
-@pytest.fixture(scope="module")
-def editor_server(browser_tools, request, comfy_root, tmp_path_factory, tiny_shape):
-    """The session's ComfyUI, or one serving the frontend in KREA2_FRONTEND_ROOT."""
-    frontend = os.environ.get("KREA2_FRONTEND_ROOT")
-    if not frontend:
-        yield request.getfixturevalue("comfy_server")
-        return
-    from krea2_synthetic import save_native_checkpoint
-
-    base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_frontend"))
-    save_native_checkpoint(base / "models" / "diffusion_models" / TINY_MODEL, tiny_shape, seed=0)
-    server = ComfyServer(comfy_root, base, extra_args=["--front-end-root", frontend]).start()
-    yield server
-    server.stop()
-
-
-def _quiet_first_run(server: ComfyServer):
-    """A fresh user would get the template browser over the canvas; a returning one would not."""
-    for setting, value in {"Comfy.TutorialCompleted": True}.items():
-        server.post(f"/settings/{setting}", value)
 
 
 def check_chart(shown: dict, record: dict):
@@ -173,7 +131,7 @@ def records_of(server: ComfyServer, queued: dict[str, list]) -> list[dict]:
 
 def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
-    _quiet_first_run(editor_server)
+    quiet_first_run(editor_server)
     workflow_path = tmp_path / "workflow.json"
     workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), cache=RUN_CACHE)))
     ARTIFACTS.mkdir(exist_ok=True)
@@ -274,7 +232,7 @@ def two_device_workflow(seed: int) -> dict:
 
 def test_the_node_shows_its_devices_after_a_two_device_run(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
-    _quiet_first_run(editor_server)
+    quiet_first_run(editor_server)
     workflow_path = tmp_path / "two_devices.json"
     workflow_path.write_text(json.dumps(two_device_workflow(seed=random.SystemRandom().randrange(1, 2**31))))
     out = ARTIFACTS / "two_devices"
