@@ -32,8 +32,6 @@ TAYLORSEER_ORDERS = (1, 4)
 # is a full residual tensor kept per stream.
 DMD_MIN_SNAPSHOTS = 4
 DMD_HISTORY = (DMD_MIN_SNAPSHOTS, 16)
-# The input the node had before the calibrator choice: a TaylorSeer on/off switch.
-LEGACY_SWITCH = "enable_taylorseer"
 
 
 def check_calibrator(calibrator: str, taylorseer_order: int, dmd_history: int) -> None:
@@ -109,23 +107,3 @@ def _even_tail(steps: list[int]) -> int:
     while length < len(steps) and steps[-length] - steps[-length - 1] == spacing:
         length += 1
     return length
-
-
-def from_legacy_switch(enable_taylorseer, calibrator: str | None) -> tuple[str, str]:
-    """The calibrator a prompt that still sends ``enable_taylorseer`` asks for, and a note saying so.
-
-    ``calibrator`` is what the same prompt sends for it (None when it sends none).
-    The switch maps to ``taylorseer`` (with the prompt's taylorseer_order) or
-    ``none``; a prompt that also sends a calibrator must agree with it.
-    """
-    if not isinstance(enable_taylorseer, bool):
-        raise ValueError(f"{LEGACY_SWITCH} must be true or false, got {enable_taylorseer!r}; better, replace it "
-                         f"with calibrator ('taylorseer' or 'none').")
-    mapped = "taylorseer" if enable_taylorseer else "none"
-    if calibrator is not None and calibrator != mapped:
-        raise ValueError(
-            f"The prompt sends both {LEGACY_SWITCH}={str(enable_taylorseer).lower()} (an input this node no longer "
-            f"has) and calibrator={calibrator!r}, which disagree. Remove {LEGACY_SWITCH} and keep calibrator.")
-    note = (f"{LEGACY_SWITCH}={str(enable_taylorseer).lower()} was read as calibrator '{mapped}'; "
-            f"{LEGACY_SWITCH} is no longer an input of this node: send calibrator instead.")
-    return mapped, note

@@ -120,16 +120,26 @@ def pair_metrics(reference: torch.Tensor, candidate: torch.Tensor) -> PairMetric
     nonfinite = int(nonfinite_mask(reference, candidate).sum().item())
     if nonfinite:
         return PairMetrics(mae_255=math.nan, psnr_db=math.nan, nonfinite_pixels=nonfinite)
-    diff = reference.double() - candidate.to(reference.device).double()
-    return PairMetrics(mae_255=diff.abs().mean().item() * 255.0, psnr_db=psnr_from_mse(diff.square().mean().item()))
+    mae_255, mse = mae_255_and_mse(reference.double(), candidate.double())
+    return PairMetrics(mae_255=mae_255, psnr_db=psnr_from_mse(mse))
 
 
-def psnr_from_mse(mse: float) -> float:
+def mae_255_and_mse(reference: torch.Tensor, candidate: torch.Tensor) -> tuple[float, float]:
+    """MAE (0-255 units) and MSE over every value of two same-shape images (any layout), in their dtype.
+
+    The node's per-pair figures, and the benchmarks' and proxy tests' (whole decoded batches, float32).
+    """
+    diff = reference - candidate.to(reference.device)
+    return (diff.abs().mean() * 255.0).item(), diff.square().mean().item()
+
+
+def psnr_from_mse(mse: float, cap: float = PSNR_CAP_DB) -> float:
+    """PSNR in dB (peak 1.0) of an MSE, at most ``cap`` (``math.inf``: identical images give inf)."""
     if not math.isfinite(mse):
         return math.nan  # min(cap, nan) would be the cap: a broken image would read as identical
     if mse <= 0.0:
-        return PSNR_CAP_DB
-    return min(PSNR_CAP_DB, 10.0 * math.log10(1.0 / mse))
+        return cap
+    return min(cap, 10.0 * math.log10(1.0 / mse))
 
 
 def hot_colormap(values: torch.Tensor) -> torch.Tensor:

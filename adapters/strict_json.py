@@ -40,6 +40,6 @@ def replaced_warning(paths: list[str], limit: int = 5) -> str:
             f"value in the model or the settings produced them; check the inputs of this run.")
 
 
-def dumps(data) -> str:
+def dumps(data, indent: int | None = None) -> str:
     """JSON text that fails loudly rather than writing NaN or Infinity."""
-    return json.dumps(data, allow_nan=False)
+    return json.dumps(data, indent=indent, allow_nan=False)

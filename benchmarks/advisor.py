@@ -1,11 +1,11 @@
 """The threshold advisor's cost after a run: what the record assembly adds on the sampling thread.
 
 A run's record replays cache-dit's rules to explain each step and to suggest thresholds
-(``adapters/diagnostics.py``); that happens after the last model call, outside ``duration_s``,
-before the sampler returns. This times it for long runs with split CFG (two streams, the most
-work), on residuals that drift step by step like a sampling trajectory, with the node's limits
-and with no limit on continuous cached steps (where a step's reference can be any earlier
-step). Targets: at most 50 ms at 52 steps and 0.5 s at 200 steps on a 2-core CPU.
+(``adapters/run_record.py`` with ``adapters/diagnostics.py``); that happens after the last model
+call, outside ``duration_s``, before the sampler returns. This times it for long runs with split
+CFG (two streams, the most work), on residuals that drift step by step like a sampling trajectory,
+with the node's limits and with no limit on continuous cached steps (where a step's reference can
+be any earlier step). Targets: at most 50 ms at 52 steps and 0.5 s at 200 steps on a 2-core CPU.
 
     python benchmarks/advisor.py [--steps 52 100 200] [--repeats 3]
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 from comfy_harness import load_pack  # noqa: E402
 
 TARGETS_S = {52: 0.05, 200: 0.5}
-SAMPLE_VALUES = 1 << 16   # a residual's sample as the pack keeps it
+SAMPLE_VALUES = 1 << 16   # values per residual; the pack keeps a sample of diagnostics.SAMPLE_SIZE of them
 
 
 def drifting_traces(steps: int, streams: int = 2, seed: int = 0):

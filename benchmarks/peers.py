@@ -51,7 +51,10 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from speedup import Case, image_error, run_prompt  # noqa: E402  (also puts tests/ on the path)
+from speedup import Case, run_prompt  # noqa: E402  (also puts tests/ on the path and loads the pack)
+
+from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
+from krea2_cachedit.adapters.strict_json import dumps as strict_json  # noqa: E402
 
 from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
 from krea2_prompts import PROXY_MODEL, proxy_prompt  # noqa: E402
@@ -249,9 +252,9 @@ def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list
         for image, runs in samples[c.name].items():
             picture, target = decode(runs[-1].latent), decode(samples[reference.name][image][-1].latent)
             finite = finite and bool(torch.isfinite(picture).all())
-            mae, psnr = image_error(picture, target)
+            mae, mse = mae_255_and_mse(picture, target)
             maes.append(mae)
-            mses.append(0.0 if math.isinf(psnr) else 10 ** (-psnr / 10))
+            mses.append(mse)
         every_run = [s for runs in samples[c.name].values() for s in runs]
         mean_mse = statistics.mean(mses)
         rows.append({
@@ -267,7 +270,7 @@ def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list
             "wall": statistics.median(times[reference.name]) / statistics.median(times[c.name]),
             "mae_255": statistics.mean(maes), "mae_255_per_image": maes,
             # PSNR of the mean squared error over the images; None when every image is identical.
-            "psnr_db": 10 * math.log10(1 / mean_mse) if mean_mse > 0 else None,
+            "psnr_db": psnr_from_mse(mean_mse, cap=math.inf) if mean_mse > 0 else None,
             "finite": finite, "runs": len(times[c.name]), "images": [list(i) for i in samples[c.name]],
         })
     return rows
@@ -431,11 +434,6 @@ def plot(rows: list[dict], path: Path, title: str) -> dict[str, list[str]]:
     return drawn
 
 
-def strict_json(data) -> str:
-    """JSON without NaN or Infinity (a non-finite number is refused, not written)."""
-    return json.dumps(data, indent=1, allow_nan=False)
-
-
 def markdown_table(rows: list[dict]) -> str:
     lines = ["| steps, CFG | method | setting | cached/skipped | s/run | ideal | wall-clock | wall/ideal | MAE/255 | PSNR dB |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -465,7 +463,7 @@ def write_results(rows: list[dict], comparisons: dict, info: dict, out_dir: Path
     """The table as JSON and the plot as PNG; also returns the curves drawn per regime."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
-    json_path.write_text(strict_json({"conditions": info, "rows": rows, "comparisons": comparisons}) + "\n")
+    json_path.write_text(strict_json({"conditions": info, "rows": rows, "comparisons": comparisons}, indent=1) + "\n")
     drawn = plot(rows, png_path, f"Krea-2 proxy (small trained model, {info['device']}, {info['threads']} thread(s)), "
                                  f"{info['date']}: proxy figures, dynamics, not Krea-2 quality")
     return json_path, png_path, drawn

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import math
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,9 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
 from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt  # noqa: E402
+
+load_pack()  # imports no ComfyUI: for the pack's own image metric, the one the compare node reports
+from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
 
 STATS_ROUTE = "/krea2_cachedit/stats"
 LATENT_NODE, CACHE_NODE = "7", "5"   # krea2_prompt's SaveLatent and Krea2CacheDiT
@@ -187,21 +191,13 @@ def measure(server: ComfyServer, args, model_name: str, features: int, proxy=Non
     return summarize(results, proxy.decode if proxy is not None else None)
 
 
-def image_error(image, target) -> tuple[float, float]:
-    """MAE (0-255 scale) and PSNR (dB; inf when identical) of a decoded image (values 0-1) against another."""
-    import math
-
-    mse = float((image - target).square().mean())
-    return float((image - target).abs().mean() * 255), (10 * math.log10(1 / mse) if mse > 0 else math.inf)
-
-
 def image_errors(latents: list, references: list, decode) -> tuple[float, float]:
     """Mean MAE (0-255 scale) and PSNR (dB) of the decoded images against the uncached ones, same seeds."""
     maes, psnrs = [], []
     for (_, latent), (_, reference) in zip(sorted(latents, key=lambda t: t[0]), sorted(references, key=lambda t: t[0])):
-        mae, psnr = image_error(decode(latent), decode(reference))
+        mae, mse = mae_255_and_mse(decode(latent), decode(reference))
         maes.append(mae)
-        psnrs.append(psnr)
+        psnrs.append(psnr_from_mse(mse, cap=math.inf))  # uncapped: identical images read inf
     return statistics.mean(maes), statistics.mean(psnrs)
 
 

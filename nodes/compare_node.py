@@ -22,22 +22,20 @@ class Krea2CompareImages(io.ComfyNode):
             display_name="Krea-2 Compare Images",
             category="Krea-2",
             description=(
-                "How far a candidate image is from a reference (e.g. the cached image from the uncached one with "
-                "the same seed): MAE in 0-255 units, PSNR in dB and a heatmap of where they differ, shown on the "
-                "node. Batches are compared pair by pair."),
+                "How far a candidate image is from a reference, e.g. the cached image from the uncached one "
+                "with the same seed: MAE, PSNR and a difference heatmap, shown on the node. Batches are "
+                "compared pair by pair."),
             inputs=[
-                io.Image.Input("reference", tooltip="The image to compare against (e.g. without Cache-DiT)."),
-                io.Image.Input("candidate", tooltip="The image to judge (e.g. with Cache-DiT); same size and batch."),
+                io.Image.Input("reference", tooltip="The image to compare against, e.g. without Cache-DiT."),
+                io.Image.Input("candidate", tooltip="The image to judge, e.g. with Cache-DiT; same size and batch."),
             ],
             outputs=[
                 io.Image.Output("difference", tooltip=(
-                    "Heatmap of the per-pixel mean absolute difference: black = identical, white = the largest "
-                    "difference in the batch (its value is shown on the node).")),
-                io.Float.Output("mae_255", tooltip=(
-                    "Mean absolute error in 0-255 units over all pixels and channels (mean over pairs).")),
+                    "Where the images differ: black is identical, white the largest difference in the batch.")),
+                io.Float.Output("mae_255", tooltip="Mean absolute error in 0-255 units (mean over pairs)."),
                 io.Float.Output("psnr_db", tooltip=(
-                    f"PSNR in dB, peak 1.0 (mean over pairs); identical images give {PSNR_CAP_DB:g} dB, the cap. "
-                    "NaN (like mae_255) when an image has non-finite pixels.")),
+                    f"PSNR in dB (mean over pairs); identical images give {PSNR_CAP_DB:g} dB. "
+                    "NaN when an image has non-finite pixels.")),
             ],
             hidden=[io.Hidden.unique_id],
             # An output node runs with nothing connected to its outputs: wire two images, read the node.

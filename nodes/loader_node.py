@@ -56,23 +56,19 @@ class Krea2DiffusersLoader(io.ComfyNode):
             node_id="Krea2DiffusersLoader",
             display_name="Load Krea-2 (diffusers)",
             category="Krea-2",
-            description=("Loads Krea-2 weights (diffusers folder, diffusers single file, original-format file or "
-                         "GGUF) into diffusers' Krea2Transformer2DModel and hands it to ComfyUI as a MODEL."),
+            description=("Loads Krea-2 weights (diffusers folder, single file, original format or GGUF) into "
+                         "diffusers' Krea2Transformer2DModel and hands it to ComfyUI as a MODEL."),
             inputs=[
                 io.Combo.Input("model_name", options=list_model_names(), tooltip=(
-                    "A Krea-2 checkpoint file from models/diffusion_models (safetensors, or GGUF such as "
-                    "Q8_0/Q5_K/Q4_K, which stays quantized), or a diffusers Krea-2 folder from models/diffusers "
-                    "(the transformer folder or the pipeline folder holding transformer/). fp8/int8/nvfp4 "
-                    "safetensors need ComfyUI's 'Load Diffusion Model' instead.")),
+                    "A Krea-2 file from models/diffusion_models (safetensors or GGUF) or a diffusers folder from "
+                    "models/diffusers. For fp8/int8/nvfp4 files use 'Load Diffusion Model'.")),
                 io.Combo.Input("weight_dtype", options=list(krea2_checkpoint.WEIGHT_DTYPES), default="default",
-                               tooltip=("Precision to hold the weights in: 'default' keeps them as stored; "
-                                        "bf16/fp16 halve fp32 weights; norm scales always stay fp32. For a GGUF, "
-                                        "the precision it computes in ('default': ComfyUI's choice for the "
-                                        "device); its quantized weights stay quantized.")),
+                               tooltip=("Precision of the weights: 'default' keeps them as stored. A GGUF stays "
+                                        "quantized and computes in this precision.")),
             ],
             outputs=[io.Model.Output(tooltip=(
-                "The Krea-2 model, for KSampler, LoRA loaders and the Krea-2 Cache-DiT node. "
-                "Use it with CLIPLoader type 'krea2' and the Wan 2.1 VAE."))],
+                "The Krea-2 model, for KSampler, LoRA loaders and Krea-2 Cache-DiT. Use it with CLIPLoader type "
+                "'krea2' and the Wan 2.1 VAE."))],
         )
 
     @classmethod

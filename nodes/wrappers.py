@@ -47,7 +47,6 @@ class CacheDiTHolder:
 
     settings: CacheSettings
     node_id: str
-    notes: tuple[str, ...] = ()  # what the node read differently from its inputs, for every run's stats
     # Upstream Krea2CacheDiT nodes on the same model whose settings this one replaces.
     superseded: tuple[str, ...] = ()
 
@@ -95,7 +94,6 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
                       start_sigmas=_start_sigmas(sampler, sigmas),
                       single_evaluation=_sampler_name(sampler) in SINGLE_EVALUATION_SAMPLERS)
     plan = plan_run(holder.settings, clock.steps, target.num_blocks)
-    plan = dataclasses.replace(plan, warnings=holder.notes + plan.warnings)
     guidance = read_guidance(guider)
     meta = RunMeta(node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg, guidance=guidance.as_dict(),
                    warnings=tuple(_superseding_warnings(holder)))

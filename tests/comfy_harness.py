@@ -183,6 +183,22 @@ class ComfyServer:
             body = error.read().decode(errors="replace")
             raise RuntimeError(f"POST {path} -> {error.code}: {body}") from None
 
+    def refusal(self, prompt: dict) -> tuple[dict, str]:
+        """POST /prompt for a prompt the server must refuse: its 400 answer, parsed, and the raw body.
+
+        ``json.dumps`` writes NaN and infinities as the bare ``NaN``/``Infinity`` that the
+        server's parser (Python's json) reads back as floats, so they arrive as such.
+        """
+        body = json.dumps({"prompt": prompt, "client_id": self.client_id}).encode()
+        request = urllib.request.Request(self.url + "/prompt", data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raise AssertionError(f"the server queued the prompt: {response.read().decode(errors='replace')}")
+        except urllib.error.HTTPError as error:
+            text = error.read().decode(errors="replace")
+            assert error.code == 400, f"POST /prompt -> {error.code}: {text}"
+            return json.loads(text), text
+
     def queue(self, prompt: dict) -> str:
         answer = self.post("/prompt", {"prompt": prompt, "client_id": self.client_id})
         return answer["prompt_id"]
@@ -238,6 +254,13 @@ class ComfyServer:
         item = entry["outputs"][node_id]["latents"][0]
         path = self.base_dir / "output" / item.get("subfolder", "") / item["filename"]
         return load_file(str(path))["latent_tensor"]
+
+
+def strict_loads(text: str | bytes):
+    """``text`` parsed as strict JSON: a bare NaN or Infinity fails, as in the editor's JSON.parse."""
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: bare {constant}")
+    return json.loads(text, parse_constant=refuse)
 
 
 def prompt_error(entry: dict) -> str | None:

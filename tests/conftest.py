@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -25,6 +27,7 @@ import pytest
 TESTS_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS_DIR))
 
+from browser_harness import BROWSER_DIR  # noqa: E402
 from comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pack, required_tiers  # noqa: E402
 
 load_pack()
@@ -201,6 +204,42 @@ def proxy_server(comfy_root, tmp_path_factory, proxy):
     (models / PROXY_MODEL).symlink_to(proxy.checkpoint)
     save_native_checkpoint(models / PROXY_RANDOM_MODEL, Krea2Shape(**proxy.settings.shape_kwargs()), seed=0)
     server = ComfyServer(comfy_root, base).start()
+    yield server
+    server.stop()
+
+
+# --- the graph editor (browser tier) ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser_tools() -> tuple[str, str]:
+    """Node and Chromium paths, or a skip (before any server starts) that says how to get them."""
+    chromium = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    node = shutil.which("node")
+    missing = []
+    if not Path(chromium).exists():
+        missing.append("chromium (apt-get install chromium)")
+    if node is None:
+        missing.append("node")
+    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
+        missing.append("playwright-core (npm ci in tests/browser)")
+    if missing:
+        pytest.skip(f"browser test needs {', '.join(missing)}; run tests/browser/setup.sh")
+    return node, chromium
+
+
+@pytest.fixture(scope="module")
+def editor_server(browser_tools, request, comfy_root, tmp_path_factory, tiny_shape):
+    """The session's ComfyUI, or one serving the frontend in KREA2_FRONTEND_ROOT."""
+    frontend = os.environ.get("KREA2_FRONTEND_ROOT")
+    if not frontend:
+        yield request.getfixturevalue("comfy_server")
+        return
+    from krea2_prompts import TINY_MODEL
+    from krea2_synthetic import save_native_checkpoint
+
+    base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_frontend"))
+    save_native_checkpoint(base / "models" / "diffusion_models" / TINY_MODEL, tiny_shape, seed=0)
+    server = ComfyServer(comfy_root, base, extra_args=["--front-end-root", frontend]).start()
     yield server
     server.stop()
 

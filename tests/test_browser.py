@@ -5,10 +5,7 @@ A real sampling run through the real ComfyUI server: the test opens two editor t
 shows what ``GET /krea2_cachedit/stats`` reports for that prompt (text, step strip,
 residual-diff chart, threshold suggestions, time estimate) while B's same-id node
 shows nothing, then that it comes back on A's reload (not on B's), also in the
-Nodes 2.0 renderer, and clears when another workflow is loaded. Last, workflows saved
-while the node still had its ``preset`` input or its ``enable_taylorseer`` switch load
-with every value in its place and the same behaviour (the switch as a calibrator), and
-one of them runs so.
+Nodes 2.0 renderer, and clears when another workflow is loaded.
 
 Needs Chromium and ``npm ci`` in tests/browser (``tests/browser/setup.sh``).
 ``KREA2_FRONTEND_ROOT`` runs it against another frontend build (an unpacked
@@ -22,54 +19,21 @@ import math
 import os
 import random
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
+from browser_harness import ARTIFACTS, BROWSER_DIR, quiet_first_run
 from comfy_harness import STATS_ROUTE, ComfyServer
 from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
 pytestmark = pytest.mark.tier("browser")
 
-BROWSER_DIR = Path(__file__).resolve().parent / "browser"
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-EXAMPLES = Path(__file__).resolve().parents[1] / "example_workflows"
 # The random tiny model's residual changes are large (~0.7-1 per step after warmup): at this
 # threshold some steps cache and others don't, so the chart has both kinds of marks.
 RUN_CACHE = {"residual_diff_threshold": 0.9}
-# Workflows saved with the node's former inputs: the `preset` it had first ("auto" was its default,
-# "turbo" replaced values) before its `enable_taylorseer` switch and order, or the switch alone.
-# name: (preset or None, enable_taylorseer, taylorseer_order, run it in the editor).
-OLD_LAYOUTS = {
-    "preset_auto": ("auto", False, 1, False),
-    "preset_turbo_taylorseer": ("turbo", True, 3, False),
-    "taylorseer": (None, True, 2, True),
-}
-# What the node had before the calibrator choice, in its widget order.
-SWITCH_LAYOUT = ["steps_mask", "Fn_compute_blocks", "Bn_compute_blocks", "residual_diff_threshold",
-                 "max_warmup_steps", "warmup_interval", "max_cached_steps", "max_continuous_cached_steps",
-                 "enable_taylorseer", "taylorseer_order"]
 STEPS = 8
 CACHE_NODE_ID = 5
-
-
-@pytest.fixture(scope="module")
-def browser_tools() -> tuple[str, str]:
-    """Node and Chromium paths, or a skip (before any server starts) that says how to get them."""
-    chromium = os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
-    node = shutil.which("node")
-    missing = []
-    if not Path(chromium).exists():
-        missing.append("chromium (apt-get install chromium)")
-    if node is None:
-        missing.append("node")
-    if not (BROWSER_DIR / "node_modules" / "playwright-core").is_dir():
-        missing.append("playwright-core (npm ci in tests/browser)")
-    if missing:
-        pytest.skip(f"browser test needs {', '.join(missing)}; run tests/browser/setup.sh")
-    return node, chromium
 
 
 def ui_workflow(seed: int, cache: dict | None = None) -> dict:
@@ -112,52 +76,6 @@ def ui_workflow(seed: int, cache: dict | None = None) -> dict:
              [5, 4, 0, 6, 3, "LATENT"], [6, 6, 0, 7, 0, "LATENT"]]
     return {"last_node_id": 7, "last_link_id": 6, "nodes": nodes, "links": links, "groups": [],
             "config": {}, "extra": {"ds": {"scale": 1.0, "offset": [80, 110]}}, "version": 0.4}
-
-
-@pytest.fixture(scope="module")
-def editor_server(browser_tools, request, comfy_root, tmp_path_factory, tiny_shape):
-    """The session's ComfyUI, or one serving the frontend in KREA2_FRONTEND_ROOT."""
-    frontend = os.environ.get("KREA2_FRONTEND_ROOT")
-    if not frontend:
-        yield request.getfixturevalue("comfy_server")
-        return
-    from krea2_synthetic import save_native_checkpoint
-
-    base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_frontend"))
-    save_native_checkpoint(base / "models" / "diffusion_models" / TINY_MODEL, tiny_shape, seed=0)
-    server = ComfyServer(comfy_root, base, extra_args=["--front-end-root", frontend]).start()
-    yield server
-    server.stop()
-
-
-def _quiet_first_run(server: ComfyServer):
-    """A fresh user would get the template browser over the canvas; a returning one would not."""
-    for setting, value in {"Comfy.TutorialCompleted": True}.items():
-        server.post(f"/settings/{setting}", value)
-
-
-def old_layout_workflows() -> tuple[dict, dict]:
-    """The test workflow with the cache node saved in the node's former layouts (``OLD_LAYOUTS``).
-
-    The saved values are the example workflow's where the old node had the same inputs, so each
-    one can be told from a default; returns {name: {workflow, run}} and {name: the current inputs
-    (by name) the node must open with}.
-    """
-    example = json.loads((EXAMPLES / "krea2_turbo_cachedit.json").read_text())
-    current = next(n for n in example["nodes"] if n["type"] == "Krea2CacheDiT")["widgets_values"]
-    shared = dict(zip(CACHE_NODE_DEFAULTS, current))
-    shared.update(residual_diff_threshold=RUN_CACHE["residual_diff_threshold"], max_warmup_steps=2)
-    workflows, expected = {}, {}
-    for name, (preset, switch, order, run) in OLD_LAYOUTS.items():
-        saved = {**shared, "enable_taylorseer": switch, "taylorseer_order": order}
-        values = [saved[key] for key in SWITCH_LAYOUT]
-        workflow = ui_workflow(seed=random.SystemRandom().randrange(1, 2**31) if run else 1)
-        cache_node = next(n for n in workflow["nodes"] if n["type"] == "Krea2CacheDiT")
-        cache_node["widgets_values"] = values if preset is None else [preset, *values]
-        workflows[name] = {"workflow": workflow, "run": run}
-        expected[name] = {**CACHE_NODE_DEFAULTS, **{k: v for k, v in shared.items()},
-                          "calibrator": "taylorseer" if switch else "none", "taylorseer_order": order}
-    return workflows, expected
 
 
 def check_chart(shown: dict, record: dict):
@@ -213,17 +131,13 @@ def records_of(server: ComfyServer, queued: dict[str, list]) -> list[dict]:
 
 def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
-    _quiet_first_run(editor_server)
+    quiet_first_run(editor_server)
     workflow_path = tmp_path / "workflow.json"
     workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), cache=RUN_CACHE)))
-    old_layouts, old_expected = old_layout_workflows()
-    old_layout_path = tmp_path / "old_layout.json"
-    old_layout_path.write_text(json.dumps(old_layouts))
     ARTIFACTS.mkdir(exist_ok=True)
 
     driver = subprocess.run(
-        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS),
-         str(old_layout_path)],
+        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(ARTIFACTS)],
         cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium),
         capture_output=True, text=True, timeout=900)
     result_path = ARTIFACTS / "result.json"
@@ -245,8 +159,7 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert result["before_run"]["prompt_id"] == "" and result["before_run"]["cells"] == []
 
     # The record the server kept for the one prompt tab A queued is the one the node shows.
-    assert sorted(queued) == sorted(["A", *(f"old_layout:{name}" for name, case in old_layouts.items()
-                                            if case["run"])]), queued
+    assert sorted(queued) == ["A"], queued
     assert len(queued["A"]) == 1, queued
     [record] = editor_server.stats_for(queued["A"][0], str(CACHE_NODE_ID))
     assert record["steps"] == STEPS
@@ -297,31 +210,6 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert reopened["client_id"] == record["client_id"]
     assert reopened["prompt_id"] == "" and reopened["cells"] == [], reopened
 
-    # Workflows saved with the node's former inputs: the node shows, saves and sends the saved values in
-    # their places, the switch as the calibrator that does what it did (its order kept), and inputs the
-    # old node lacked at their defaults; without the preset and its old run-time values.
-    names = list(CACHE_NODE_DEFAULTS)
-    for name, (preset, switch, order, run) in OLD_LAYOUTS.items():
-        loaded, expected = result["old_layout"][name], old_expected[name]
-        assert list(loaded["shown"]) == names, f"the node's widgets changed: {list(loaded['shown'])}"
-        assert loaded["shown"] == expected, (name, loaded["shown"])
-        assert loaded["widgets_values"] == list(expected.values()), (name, loaded["widgets_values"])
-        inputs = {k: v for k, v in loaded["prompt_inputs"].items() if k != "model"}
-        assert inputs == expected, (name, inputs)
-        messages = loaded["console_info"]
-        assert len(messages) == (2 if preset else 1), messages
-        if preset:
-            assert f'dropped the old preset "{preset}"' in messages[0], messages
-        assert f'enable_taylorseer {str(switch).lower()} opened as calibrator "{expected["calibrator"]}"' in messages[-1]
-        if not run:
-            continue
-        # It runs as it opened: TaylorSeer at the saved order, and the node says so.
-        [old_record] = editor_server.stats_for(queued[f"old_layout:{name}"][0], str(CACHE_NODE_ID))
-        assert old_record["settings"] == expected, old_record["settings"]
-        assert old_record["calibrator"] == {"name": "taylorseer", "taylorseer_order": order}
-        shown = loaded["after_run"]
-        assert shown["prompt_id"] == old_record["prompt_id"] and shown["fits"], shown
-        assert shown["calibrator"] == f"Calibrator: taylorseer (order {order})", shown["calibrator"]
 
 
 def two_device_workflow(seed: int) -> dict:
@@ -344,16 +232,13 @@ def two_device_workflow(seed: int) -> dict:
 
 def test_the_node_shows_its_devices_after_a_two_device_run(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
-    _quiet_first_run(editor_server)
+    quiet_first_run(editor_server)
     workflow_path = tmp_path / "two_devices.json"
     workflow_path.write_text(json.dumps(two_device_workflow(seed=random.SystemRandom().randrange(1, 2**31))))
-    no_old_layouts = tmp_path / "none.json"
-    no_old_layouts.write_text("{}")
     out = ARTIFACTS / "two_devices"
     out.mkdir(parents=True, exist_ok=True)
     driver = subprocess.run(
-        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(out),
-         str(no_old_layouts)],
+        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(out)],
         cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium), capture_output=True, text=True, timeout=900)
     result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
     assert driver.returncode == 0 and "error" not in result, (

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from test_browser import ARTIFACTS, BROWSER_DIR, _quiet_first_run, browser_tools, editor_server  # noqa: F401
+from browser_harness import ARTIFACTS, BROWSER_DIR, quiet_first_run
 
 pytestmark = pytest.mark.tier("browser")
 
@@ -46,9 +46,9 @@ def ui_workflow(level: int) -> dict:
             "groups": [], "config": {}, "extra": {"ds": {"scale": 1.0, "offset": [80, 110]}}, "version": 0.4}
 
 
-def test_metrics_and_heatmap_shown_on_compare_node(browser_tools, editor_server, tmp_path):  # noqa: F811
+def test_metrics_and_heatmap_shown_on_compare_node(browser_tools, editor_server, tmp_path):
     node, chromium = browser_tools
-    _quiet_first_run(editor_server)
+    quiet_first_run(editor_server)
     workflow_path = tmp_path / "workflow.json"
     workflow_path.write_text(json.dumps(ui_workflow(level=random.SystemRandom().randrange(0, 245))))
     ARTIFACTS.mkdir(exist_ok=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
 import pytest
 import torch
 
-from comfy_harness import prompt_error
+from comfy_harness import prompt_error, strict_loads
 from krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
@@ -141,6 +142,58 @@ def test_too_many_compute_blocks_fails_clearly(comfy_server):
                                           "than the model's 4 transformer blocks"), prompt_error(entry)
     _, [stats] = comfy_server.run_with_stats(krea2_prompt(cache=FAST))
     assert stats["status"] == "ok" and stats["cached_steps"] == FAST_8_CACHED
+
+
+# Bad numbers for the node's number inputs (input, value, what the refusal says), sent as the raw
+# JSON the API reads (NaN, Infinity). Every INT and FLOAT input's schema range is checked.
+BAD_NUMBERS = [
+    ("residual_diff_threshold", math.nan, "residual_diff_threshold is nan, not a finite number: set it to a "
+                                          "number from 0 to 2 (default 0.24)."),
+    ("residual_diff_threshold", "nan", "residual_diff_threshold is nan, not a finite number"),  # ComfyUI: float()
+    ("residual_diff_threshold", math.inf, "residual_diff_threshold is inf, not a finite number"),
+    ("residual_diff_threshold", -math.inf, "residual_diff_threshold is -inf, not a finite number"),
+    ("residual_diff_threshold", 2.5, "residual_diff_threshold is 2.5, out of range: set it to a number from 0 to 2"),
+    ("residual_diff_threshold", -0.1, "residual_diff_threshold is -0.1, out of range"),
+    ("Fn_compute_blocks", 0, "Fn_compute_blocks is 0, out of range: set it to a number from 1 to 64 (default 1)."),
+    ("Bn_compute_blocks", 65, "Bn_compute_blocks is 65, out of range"),
+    ("max_warmup_steps", -1, "max_warmup_steps is -1, out of range"),
+    ("warmup_interval", 0, "warmup_interval is 0, out of range"),
+    ("max_cached_steps", -2, "max_cached_steps is -2, out of range: set it to a number from -1 to 1000"),
+    ("max_continuous_cached_steps", 1001, "max_continuous_cached_steps is 1001, out of range"),
+    ("taylorseer_order", 5, "taylorseer_order is 5, out of range: set it to a number from 1 to 4 (default 1)."),
+    ("dmd_history", 3, "dmd_history is 3, out of range: set it to a number from 4 to 16 (default 6)."),
+]
+
+
+@pytest.mark.parametrize("name, value, message", BAD_NUMBERS, ids=[f"{n}={v!r}" for n, v, _ in BAD_NUMBERS])
+def test_bad_numbers_are_refused_when_queued(comfy_server, name, value, message):
+    answer, body = comfy_server.refusal(krea2_prompt(cache={**FAST, name: value}, prefix="refused"))
+    assert strict_loads(body) == answer, "the refusal echoes the bad value back as a bare NaN or Infinity"
+    errors = answer["node_errors"]["5"]["errors"]
+    assert list(answer["node_errors"]) == ["5"], answer["node_errors"]
+    assert errors and all(e["type"] == "custom_validation_failed" and message in e["details"] for e in errors), errors
+    # Nothing ran, and the next valid prompt runs as usual.
+    _, [stats] = comfy_server.run_with_stats(krea2_prompt(cache=FAST))
+    assert stats["status"] == "ok" and stats["cached_steps"] == FAST_8_CACHED
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_a_non_finite_count_is_refused_when_queued(comfy_server, value):
+    """ComfyUI's own int() of an INT input fails first, and its error echoes the value as a bare NaN or
+    Infinity (ComfyUI's answer, not the node's); the node's message is there too."""
+    answer, _ = comfy_server.refusal(krea2_prompt(cache={**FAST, "max_cached_steps": value}, prefix="refused"))
+    errors = answer["node_errors"]["5"]["errors"]
+    assert errors[0]["type"] == "invalid_input_type" and errors[0]["details"].startswith("max_cached_steps, "), errors
+    message = f"max_cached_steps is {value}, not a finite number: set it to a number from -1 to 1000 (default -1)."
+    assert all(message in e["details"] for e in errors[1:]) and len(errors) > 1, errors
+
+
+def test_a_combo_value_not_offered_is_refused_when_queued(comfy_server):
+    """The node's own check replaces ComfyUI's for all its inputs, combos included."""
+    answer, _ = comfy_server.refusal(krea2_prompt(cache={"steps_mask": "turbo"}, prefix="refused"))
+    [error, *_] = answer["node_errors"]["5"]["errors"]
+    assert ("steps_mask is 'turbo', not one of 'none', 'slow', 'medium', 'fast', 'ultra': pick one of those."
+            in error["details"]), error
 
 
 def test_mask_for_an_unsupported_step_count_warns_and_runs(comfy_server):

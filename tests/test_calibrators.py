@@ -4,7 +4,7 @@ import cache_dit
 import pytest
 
 from krea2_cachedit.adapters.calibrators import (
-    CALIBRATORS, calibrator_config, calibrator_summary, dmd_forecast_steps, from_legacy_switch)
+    CALIBRATORS, calibrator_config, calibrator_summary, dmd_forecast_steps)
 from krea2_cachedit.adapters.settings import CacheSettings
 
 
@@ -63,15 +63,3 @@ def test_dmd_forecasts_after_4_evenly_spaced_computed_steps():
         assert dmd_forecast_steps([stream(range(14), [5, 7, 9, 11])], history) == [5, 11]
     # A step counts only when every stream that cached it had the fit.
     assert dmd_forecast_steps([stream(range(8), [4, 6]), stream(range(2, 8), [4, 6])], 6) == []
-
-
-def test_the_former_taylorseer_switch_maps_to_a_calibrator():
-    assert from_legacy_switch(True, None)[0] == "taylorseer"
-    assert from_legacy_switch(False, None)[0] == "none"
-    mapped, note = from_legacy_switch(True, "taylorseer")
-    assert mapped == "taylorseer" and "send calibrator instead" in note
-    with pytest.raises(ValueError, match=r"enable_taylorseer=true .* calibrator='dmd', which disagree. "
-                                         r"Remove enable_taylorseer"):
-        from_legacy_switch(True, "dmd")
-    with pytest.raises(ValueError, match="enable_taylorseer must be true or false"):
-        from_legacy_switch("yes", None)

@@ -7,36 +7,13 @@ import math
 import pytest
 
 from comfy_harness import prompt_error
+from compare_prompts import compare_prompt, saved_pngs
 
 pytestmark = pytest.mark.comfyui
 
 PSNR_10_APART = 20 * math.log10(255 / 10)  # 28.13 dB
 PSNR_CAP_DB = 100.0  # the README's convention for identical images
 SIZE = 32
-
-
-def grey(level: int) -> int:
-    """EmptyImage's color input (0xRRGGBB) for a uniform grey."""
-    return level * 0x010101
-
-
-def compare_prompt(reference: list, candidate: list, prefix: str) -> dict:
-    """Two EmptyImage batches -> Krea2CompareImages; its FLOATs read back through stock PreviewAny nodes.
-
-    ``reference``/``candidate``: (grey level, width, height, batch). Node ids: "3" the compare node,
-    "4"/"5" PreviewAny of mae_255/psnr_db, "6" SaveImage of the heatmap.
-    """
-    def empty(level, width, height, batch):
-        return {"class_type": "EmptyImage",
-                "inputs": {"width": width, "height": height, "batch_size": batch, "color": grey(level)}}
-
-    return {
-        "1": empty(*reference), "2": empty(*candidate),
-        "3": {"class_type": "Krea2CompareImages", "inputs": {"reference": ["1", 0], "candidate": ["2", 0]}},
-        "4": {"class_type": "PreviewAny", "inputs": {"source": ["3", 1]}},
-        "5": {"class_type": "PreviewAny", "inputs": {"source": ["3", 2]}},
-        "6": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": f"compare/{prefix}"}},
-    }
 
 
 def run_ok(server, prompt) -> dict:
@@ -48,16 +25,6 @@ def run_ok(server, prompt) -> dict:
 def float_outputs(entry: dict) -> tuple[float, float]:
     """mae_255 and psnr_db as the node returned them (PreviewAny shows a FLOAT as its str)."""
     return tuple(float(entry["outputs"][node]["text"][0]) for node in ("4", "5"))
-
-
-def saved_pngs(server, entry: dict, node_id: str, folder: str):
-    from PIL import Image
-
-    images = []
-    for item in entry["outputs"][node_id]["images"]:
-        with Image.open(server.base_dir / folder / item["subfolder"] / item["filename"]) as png:
-            images.append(png.convert("RGB"))
-    return images
 
 
 def test_uniform_colours_10_apart(comfy_server):

@@ -1,5 +1,5 @@
 """Inputs no editor would send and graphs a user can still build, on the real ComfyUI server: non-finite
-numbers (refused as settings, null in every route, event and history output), a NaN image on the compare
+numbers that reach a run (null in every route, event and history output), a NaN image on the compare
 node, two Cache-DiT nodes in a row, and samplers whose steps the node has to work out."""
 
 from __future__ import annotations
@@ -12,24 +12,15 @@ import uuid
 
 import pytest
 
-from comfy_harness import STATS_ROUTE, prompt_error
+from comfy_harness import STATS_ROUTE, prompt_error, strict_loads
+from compare_prompts import compare_prompt, saved_pngs
 from krea2_prompts import guided_prompt, krea2_prompt
-from test_compare_node_comfyui import compare_prompt, saved_pngs
-from test_stats_event import _queue_and_listen, _stats_events
+from stats_events import queue_and_listen, stats_events
 
 pytestmark = pytest.mark.comfyui
 
 FAST = {"steps_mask": "fast"}
 FAST_8_CACHED = [3, 5, 6]
-
-
-def _refuse_constant(name):
-    raise ValueError(f"not strict JSON: bare {name}")
-
-
-def strict_loads(text):
-    """json.loads that refuses NaN, Infinity and -Infinity (what the editor's JSON.parse does)."""
-    return json.loads(text, parse_constant=_refuse_constant)
 
 
 def strict_get(server, path: str):
@@ -39,20 +30,11 @@ def strict_get(server, path: str):
 
 # --- non-finite numbers ----------------------------------------------------------------
 
-# (Infinity is above the input's max: ComfyUI's own validation refuses it.)
-@pytest.mark.parametrize("threshold", [float("nan"), "nan"], ids=["json_nan", "string_nan"])
-def test_a_non_finite_threshold_is_refused_naming_the_input(comfy_server, threshold):
-    entry = comfy_server.run(krea2_prompt(cache={"residual_diff_threshold": threshold}, prefix="nan_threshold"))
-    error = prompt_error(entry)
-    assert error is not None, "a non-finite threshold must not run"
-    assert error.startswith("ValueError: residual_diff_threshold must be a finite number"), error
-
-
 def test_non_finite_numbers_reach_route_event_and_editor_as_null(comfy_server):
     """A NaN CFG (ComfyUI lets it through) makes NaN latents, residual changes and a NaN cfg in the record."""
     body = {"prompt": krea2_prompt(cfg=float("nan"), cache={}, seed=21, prefix="nan_cfg"), "client_id": "$CLIENT_A"}
     body = json.loads(json.dumps(body))  # the prompt itself may carry NaN (ComfyUI's own parser reads it)
-    prompt_id, events, _ = asyncio.run(_queue_and_listen(comfy_server.url, body))
+    prompt_id, events, _ = asyncio.run(queue_and_listen(comfy_server.url, body))
 
     runs = [r for r in strict_get(comfy_server, STATS_ROUTE)["runs"] if r["prompt_id"] == prompt_id]
     assert len(runs) == 1, runs
@@ -60,7 +42,7 @@ def test_non_finite_numbers_reach_route_event_and_editor_as_null(comfy_server):
     assert record["cfg"] is None and record["guidance"]["cfg"] is None
     assert any(d is None for d in record["residual_diffs"][1:])
     assert any("Non-finite numbers (NaN or infinity) were replaced by null in: cfg" in w for w in record["warnings"])
-    [event] = _stats_events(events)
+    [event] = stats_events(events)
     assert event == record
 
 

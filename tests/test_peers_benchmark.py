@@ -15,7 +15,7 @@ import math
 import sys
 
 import pytest
-from comfy_harness import REPO_ROOT
+from comfy_harness import REPO_ROOT, strict_loads
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import peers  # noqa: E402
@@ -110,11 +110,7 @@ def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_r
     assert all(math.isfinite(c["saved_per_step_s"]) for c in comparisons["step_costs"]), comparisons["step_costs"]
     info = peers.conditions(comfy_root, proxy, peers.IMAGES[:1], 2, "1")
     json_path, png_path, drawn = peers.write_results(rows, comparisons, info, tmp_path)
-
-    def refuse(constant):
-        raise ValueError(f"non-finite number {constant} in {json_path}")
-
-    written = json.loads(json_path.read_text(), parse_constant=refuse)
+    written = strict_loads(json_path.read_text())
     assert written["rows"] == json.loads(json.dumps(rows)) and written["conditions"]["date"] == info["date"]
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 10_000
     assert drawn == {"turbo": list(dict.fromkeys(c.method for c in cases))}

@@ -1,12 +1,10 @@
-"""Settings, step masks and the sigma -> step mapping, resolved per run."""
+"""Settings and step masks, resolved per run."""
 
 import math
 
 import pytest
-import torch
 
 from krea2_cachedit.adapters.settings import CacheSettings, plan_run
-from krea2_cachedit.adapters.step_clock import StepClock
 
 
 def test_defaults_are_the_reference_settings_and_run_exactly():
@@ -62,13 +60,6 @@ def test_too_many_compute_blocks_is_a_clear_error():
 def test_bad_settings_are_rejected(bad):
     with pytest.raises(ValueError):
         CacheSettings(**bad)
-
-
-def test_step_clock_maps_sigmas_to_steps():
-    clock = StepClock(torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
-    assert clock.steps == 4
-    assert [clock.step_of(s) for s in (1.0, 0.9, 0.75, 0.6, 0.5, 0.25, 0.1)] == [0, 0, 1, 1, 2, 3, 3]
-    assert clock.step_of(torch.tensor([0.75, 0.75]).half().float()) == 1
 
 
 @pytest.mark.parametrize("threshold", [math.nan, math.inf, -math.inf])

@@ -41,6 +41,13 @@ def test_sigmas_between_schedule_values_belong_to_the_interval():
     assert [clock.step_by_sigma(s) for s in (1.0, 0.9, 0.75, 0.6, 0.5, 0.25, 0.1, 0.0)] == [0, 0, 1, 1, 2, 3, 3, 3]
 
 
+def test_a_call_gets_the_step_of_its_sigma():
+    clock = StepClock(torch.tensor([1.0, 0.75, 0.5, 0.25, 0.0]))
+    assert clock.steps == 4
+    assert [clock.step_of(s) for s in (1.0, 0.9, 0.75, 0.6, 0.5, 0.25, 0.1)] == [0, 0, 1, 1, 2, 3, 3]
+    assert clock.step_of(torch.tensor([0.75, 0.75]).half().float()) == 1
+
+
 def run_sampler(clock: StepClock, pattern: list[list[float]], streams=(COND,)) -> list[int]:
     """Steps the clock gives a sampler whose step i evaluates at ``pattern[i]`` (the first one
     at sigma[i], then its further evaluations) and calls back after the first evaluation."""

@@ -7,14 +7,9 @@ import math
 
 import pytest
 
+from comfy_harness import strict_loads
 from krea2_cachedit.adapters.run_record import RunMeta, skipped_record
 from krea2_cachedit.adapters.strict_json import dumps, finite_or_null
-
-
-def strict_loads(text: str):
-    def refuse(name):
-        raise ValueError(f"bare {name}")
-    return json.loads(text, parse_constant=refuse)
 
 
 def test_non_finite_floats_become_null_and_say_where():

@@ -1,8 +1,7 @@
 // Shows the cache stats of the last sampling run on each Krea2CacheDiT node.
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
-// node.addDOMWidget, api events and fetchApi; beforeRegisterNodeDef to read workflows
-// saved with the node's former `preset` and `enable_taylorseer` inputs), and every style is
+// node.addDOMWidget, api events and fetchApi), and every style is
 // inline on our own element, so a frontend update or another pack's CSS cannot
 // break it and it restyles nothing else. A DOM widget (rather than canvas
 // drawing; the chart is inline SVG inside it) renders in both the classic canvas
@@ -16,15 +15,6 @@ const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 // "uncached": a run left to the model on purpose (skipped), where Cache-DiT does not know what ran.
 const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280", uncached: "#2f333a" };
-// The node's widget layouts before the current one, as saved in widgets_values (by position).
-// Until the calibrator choice, a TaylorSeer on/off switch (then its order) ended the list...
-const SWITCH_LAYOUT = ["steps_mask", "Fn_compute_blocks", "Bn_compute_blocks", "residual_diff_threshold",
-  "max_warmup_steps", "warmup_interval", "max_cached_steps", "max_continuous_cached_steps", "enable_taylorseer",
-  "taylorseer_order"];
-// ...and before that, a `preset` came first.
-const PRESET_LAYOUT = ["preset", ...SWITCH_LAYOUT];
-const OLD_PRESETS = ["auto", "turbo", "raw", "custom"];
-
 // Which Krea2CacheDiT node objects existed when each of this client's prompts
 // started, so a run's record lands only on the node it was computed for and never
 // on a same-id node of a workflow loaded (or cleared and rebuilt) meanwhile.
@@ -356,52 +346,6 @@ function attachPanel(node) {
   widget.serialize = false;
 }
 
-// Workflows saved while the node had a `preset` input store its value first in
-// widgets_values, and the editor assigns those by position: "auto" would land in
-// steps_mask and every later value one widget off. Such a node gets its saved
-// values without the preset. What the preset did at run time is not carried over:
-// the node runs exactly the values it shows.
-function withoutOldPreset(node, info) {
-  const values = info?.widgets_values;
-  if (!Array.isArray(values) || values.length !== PRESET_LAYOUT.length || !OLD_PRESETS.includes(values[0])) {
-    return info;
-  }
-  const preset = values[0];
-  const replaced = preset === "custom" ? "" : " (it used to replace the values left at their defaults at run time)";
-  console.info(`[Krea-2 Cache-DiT] node ${info.id}: dropped the old preset "${preset}"${replaced}; ` +
-    "the node now runs exactly the values it shows.");
-  const migrated = { ...info, widgets_values: values.slice(1) };
-  if (info.widgets_values_named && "preset" in info.widgets_values_named) {
-    const { preset: _dropped, ...named } = info.widgets_values_named;
-    migrated.widgets_values_named = named;
-  }
-  return migrated;
-}
-
-// Workflows saved while the node had its `enable_taylorseer` switch store a boolean where the
-// calibrator choice is now, and no dmd_history. Such a node opens with the same behaviour: the
-// switch on becomes calibrator "taylorseer" (its saved order kept), off becomes "none"; every
-// other saved value keeps its name, and inputs the old node lacked keep their defaults.
-function withCalibratorChoice(node, info) {
-  const values = info?.widgets_values;
-  const switchAt = SWITCH_LAYOUT.indexOf("enable_taylorseer");
-  if (!Array.isArray(values) || values.length !== SWITCH_LAYOUT.length || typeof values[switchAt] !== "boolean") {
-    return info;
-  }
-  const old = Object.fromEntries(SWITCH_LAYOUT.map((name, i) => [name, values[i]]));
-  const calibrator = old.enable_taylorseer ? "taylorseer" : "none";
-  const current = (node.widgets ?? []).filter((w) => w.serialize !== false);
-  console.info(`[Krea-2 Cache-DiT] node ${info.id}: enable_taylorseer ${old.enable_taylorseer} opened as ` +
-    `calibrator "${calibrator}"${old.enable_taylorseer ? ` (order ${old.taylorseer_order})` : ""}.`);
-  const migrated = { ...info, widgets_values: current.map((w) => (
-    w.name === "calibrator" ? calibrator : w.name in old ? old[w.name] : w.value)) };
-  if (info.widgets_values_named && "enable_taylorseer" in info.widgets_values_named) {
-    const { enable_taylorseer: _dropped, ...named } = info.widgets_values_named;
-    migrated.widgets_values_named = { ...named, calibrator };
-  }
-  return migrated;
-}
-
 // A record is this editor's when the prompt was queued by this client (the id the
 // server gave this tab's websocket; a reload keeps it) from the workflow shown now
 // (the editor's workflow id, sent with every prompt and kept across reloads).
@@ -440,15 +384,6 @@ function applyPageLoadRecords() {
 
 app.registerExtension({
   name: "Krea2.CacheDiT.Stats",
-
-  beforeRegisterNodeDef(nodeType, nodeData) {
-    if (nodeData?.name !== NODE_CLASS) return;
-    const configure = nodeType.prototype.configure;
-    nodeType.prototype.configure = function (info) {
-      // Oldest layout first: a workflow from before both changes passes through both.
-      return configure.call(this, withCalibratorChoice(this, withoutOldPreset(this, info)));
-    };
-  },
 
   nodeCreated(node) {
     if (node.comfyClass === NODE_CLASS) attachPanel(node);

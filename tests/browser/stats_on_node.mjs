@@ -2,26 +2,20 @@
 // server show the same workflow; tab A queues it; report what the Krea2CacheDiT node
 // shows in each tab, live and after a reload (see tests/test_browser.py for the checks).
 //
-// Then loads workflows saved while the node still had its `preset` or `enable_taylorseer`
-// inputs and reports the values the node shows, saves and sends, and runs those marked to run.
-//
-// usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir> <old-layout workflows.json>
+// usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir>
 // writes <out dir>/result.json, browser_stats.png (the editor after the run), and close-ups of
 // the node: browser_stats_node.png (classic canvas) and browser_stats_nodes2.png (Nodes 2.0)
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { launchHeadless } from "./headless_editor.mjs";
 
-const [url, workflowPath, outDir, oldLayoutPath] = process.argv.slice(2);
+const [url, workflowPath, outDir] = process.argv.slice(2);
 const workflow = JSON.parse(readFileSync(workflowPath, "utf8"));
-const oldLayouts = JSON.parse(readFileSync(oldLayoutPath, "utf8")); // {name: {workflow, run}}
 const RUN_TIMEOUT_MS = Number(process.env.KREA2_BROWSER_RUN_TIMEOUT_MS || 240_000);
 const EVENT = "krea2_cachedit.stats";
 
 const { context, close } = await launchHeadless();
-const result = { console_errors: [], failed_requests: [], console_info: [], queued_prompt_ids: {} };
-// Prompts queued while this is set are listed under it instead of the tab's name.
-let queueTag = null;
+const result = { console_errors: [], failed_requests: [], queued_prompt_ids: {} };
 
 // One editor tab: its page and what it can read off the node.
 function editor(page, name) {
@@ -31,14 +25,13 @@ function editor(page, name) {
   });
   page.on("console", (msg) => {
     const text = msg.text();
-    if (msg.type() === "info" && /Krea-2 Cache-DiT/.test(text)) result.console_info.push(`${name}: ${text}`);
-    else if (/krea2|Unknown message type/i.test(text)) result.console_errors.push(`${name}: ${text}`);
+    if (/krea2|Unknown message type/i.test(text)) result.console_errors.push(`${name}: ${text}`);
   });
   page.on("response", async (response) => {
     // The ids the server gave this tab's queued prompts: the test reads their stats by id.
     if (response.ok() && response.request().method() === "POST" && response.url().endsWith("/api/prompt")) {
       const { prompt_id: promptId } = await response.json().catch(() => ({}));
-      (result.queued_prompt_ids[queueTag ?? name] ??= []).push(promptId ?? null);
+      (result.queued_prompt_ids[name] ??= []).push(promptId ?? null);
     }
     if (response.status() < 400) return;
     // A rejected prompt says why in its body; other misses are just listed.
@@ -220,33 +213,6 @@ try {
   await a.page.waitForTimeout(1500);
   result.after_new_graph_reload = await a.read(cacheNodeId);
 
-  // Workflows in the layouts from before the node lost `preset` and `enable_taylorseer`: what
-  // the node shows (by widget name), saves (widgets_values) and sends (the prompt's inputs)
-  // after loading each; and what it shows after running those marked to run.
-  result.old_layout = {};
-  for (const [key, { workflow: oldWorkflow, run }] of Object.entries(oldLayouts)) {
-    const infoBefore = result.console_info.length;
-    await a.load(oldWorkflow);
-    result.old_layout[key] = await a.page.evaluate(async (id) => {
-      const app = window.krea2TestApp;
-      const node = app.graph.getNodeById(Number(id));
-      const saved = node.widgets.filter((w) => w.serialize !== false);
-      const { output } = await app.graphToPrompt();
-      return {
-        shown: Object.fromEntries(saved.map((w) => [w.name, w.value])),
-        widgets_values: node.serialize().widgets_values,
-        prompt_inputs: output[id]?.inputs ?? null,
-      };
-    }, cacheNodeId);
-    result.old_layout[key].console_info = result.console_info.slice(infoBefore);
-    if (run) {
-      queueTag = `old_layout:${key}`;
-      await a.page.evaluate(() => { window.krea2TestEnded = []; });
-      await a.page.evaluate(() => window.krea2TestApp.queuePrompt(0));
-      result.old_layout[key].after_run = await waitForRun();
-      queueTag = null;
-    }
-  }
 } catch (error) {
   result.error = String(error?.stack || error);
 } finally {
