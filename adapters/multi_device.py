@@ -248,8 +248,7 @@ class MultiDeviceRun:
     def __enter__(self) -> "MultiDeviceRun":
         self._started = time.perf_counter()
         with contextlib.ExitStack() as stack:
-            # Quiet for the whole run: each device refreshes its contexts on its own thread, and
-            # quiet_cache_dit saves and restores logger levels, which threads would interleave.
+            # Quiet for the whole run: each device refreshes its contexts on its own thread.
             stack.enter_context(quiet_cache_dit())
             for device in self.devices:
                 stack.enter_context(device.run)
