@@ -175,6 +175,7 @@ class CacheRun:
         self.num_blocks = len(self._original_blocks)
         self._blocks_counted = 0
         self._hooks: list = []
+        self._adapter = None   # cache-dit's BlockAdapter while the run is on
         self.warnings: list[str] = []   # the run's own; the plan's are the plan's
         # The first block only a computed call runs (a cached one skips to the Bn blocks), if any.
         middle = plan.settings.Fn_compute_blocks
@@ -191,9 +192,11 @@ class CacheRun:
         import cache_dit
 
         with quiet_cache_dit():
+            # Named, not found: cache-dit otherwise scans every attribute of the model for the list.
             adapter = cache_dit.BlockAdapter(
                 transformer=self.target.module,
                 blocks=self._original_blocks,
+                blocks_name=self.target.family.blocks_attr,
                 forward_pattern=getattr(cache_dit.ForwardPattern, self.target.family.forward_pattern),
                 check_forward_pattern=self.target.family.check_forward_pattern,
                 has_separate_cfg=False,  # the real value goes into each context's DBCacheConfig
@@ -206,6 +209,7 @@ class CacheRun:
             except Exception:
                 cache_dit.disable_cache(self.target.module)  # never leave a half-patched shared module
                 raise
+        self._adapter = adapter
         self._install_block_hooks()
         return self
 
@@ -217,7 +221,9 @@ class CacheRun:
                 hook.remove()
             self._hooks = []
             with quiet_cache_dit():
-                cache_dit.disable_cache(self.target.module)
+                # Through the adapter, which names the blocks: given the bare module, cache-dit
+                # scans every attribute of the model for block lists, six times (milliseconds).
+                cache_dit.disable_cache(self._adapter)
         finally:
             for trace in self._traces.values():
                 trace.release()

@@ -8,18 +8,34 @@ import logging
 from cache_runs import COND, FAST, Stream, run_single
 
 
-def cache_dit_loggers() -> dict[str, int]:
-    return {name: logging.getLogger(name).level for name in list(logging.Logger.manager.loggerDict)
-            if name.startswith("cache_dit") or name == "CACHE_DIT"}
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
 
 
-def test_cache_dit_is_quiet_during_a_run_and_speaks_after_it(transformer, capfd):
+def cache_dit_loggers() -> list[logging.Logger]:
+    return [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)
+            if name.startswith("cache_dit") or name == "CACHE_DIT"]
+
+
+def test_cache_dit_is_quiet_during_a_run_and_speaks_after_it(transformer):
     run_single(transformer, FAST, Stream(COND, 1))   # cache-dit's modules and loggers exist now
-    capfd.readouterr()
-    levels = cache_dit_loggers()
-    run_single(transformer, FAST, Stream(COND, 1))
-    during = capfd.readouterr()
-    assert "[Cache-DiT]" not in during.out + during.err, during
-    assert cache_dit_loggers() == levels, "levels are left as cache-dit set them"
-    logging.getLogger("CACHE_DIT").warning("cache-dit speaks again")
-    assert "[Cache-DiT] cache-dit speaks again" in capfd.readouterr().out
+    loggers = cache_dit_loggers()
+    levels = [lg.level for lg in loggers]
+    collect = Collect()
+    for lg in loggers:
+        lg.addHandler(collect)
+    try:
+        run_single(transformer, FAST, Stream(COND, 1))
+        during = list(collect.messages)
+        logging.getLogger("CACHE_DIT").warning("cache-dit speaks again")
+    finally:
+        for lg in loggers:
+            lg.removeHandler(collect)
+    assert during == [], during
+    assert collect.messages == ["cache-dit speaks again"]
+    assert [lg.level for lg in loggers] == levels, "levels are left as cache-dit set them"
