@@ -9,6 +9,7 @@
 - ``step_clock``: which sampling step a model call belongs to;
 - ``cache_run``: cache-dit enabled for exactly one sampling run, and each call routed;
 - ``multi_device``: a ``CacheRun`` per device copy and one caching decision per step;
+- ``cache_dit_logs``: cache-dit quiet during a run (a logger filter, no level changes);
 - ``foreign_serves``: calls another step cache answered, seen by their effect;
 - ``observation``: what a run saw (calls, layouts, traces, warnings), handed out when it ends;
 - ``diagnostics``: residual changes as cache-dit compares them, per-step reasons, the threshold advisor;

@@ -30,6 +30,7 @@ from typing import Callable
 
 import torch
 
+from .cache_dit_logs import quiet_cache_dit
 from .calibrators import calibrator_config
 from .diagnostics import DecisionRules, StreamTrace
 from .foreign_serves import ForeignServeWatch
@@ -42,46 +43,6 @@ from .step_clock import StepClock
 BlockIndexTeller = Callable[[int, int, dict], None]
 
 logger = logging.getLogger(__name__)
-
-
-class _BelowErrorWhileQuiet(logging.Filter):
-    """Drops cache-dit's records below ERROR while a run wants it quiet.
-
-    A filter, not ``setLevel``: every ``setLevel`` makes logging clear the level cache of every
-    logger in the process (hundreds in ComfyUI), which cost several percent of a short run.
-    """
-
-    def __init__(self):
-        super().__init__("krea2_cachedit.quiet")
-        self.depth = 0
-        self.lock = threading.Lock()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.depth == 0 or record.levelno >= logging.ERROR
-
-
-_QUIET = _BelowErrorWhileQuiet()
-
-
-def _cache_dit_loggers() -> list[logging.Logger]:
-    return [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)
-            if name.startswith("cache_dit") or name == "CACHE_DIT"]
-
-
-@contextlib.contextmanager
-def quiet_cache_dit():
-    """Silence cache-dit's per-call info and warnings (e.g. on every disable_cache); nests, and
-    holds across threads (a multi-device run's devices refresh their contexts on their own)."""
-    with _QUIET.lock:
-        _QUIET.depth += 1
-        for lg in _cache_dit_loggers():   # loggers cache-dit made since the last run get the filter too
-            if _QUIET not in lg.filters:
-                lg.addFilter(_QUIET)
-    try:
-        yield
-    finally:
-        with _QUIET.lock:
-            _QUIET.depth -= 1
 
 
 @dataclasses.dataclass(frozen=True)

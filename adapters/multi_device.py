@@ -33,7 +33,8 @@ import time
 
 import torch
 
-from .cache_run import BlockIndexTeller, CacheRun, quiet_cache_dit
+from .cache_dit_logs import quiet_cache_dit
+from .cache_run import BlockIndexTeller, CacheRun
 from .observation import ParallelOutcome, RunObservation
 from .registry import ResolvedTransformer
 from .settings import RunPlan
