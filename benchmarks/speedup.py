@@ -35,6 +35,8 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
 from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt  # noqa: E402
+from spread import (MIN_REPEATS, Spread, above_ideal, at_least, keep_repeating, paired_ratios, show,  # noqa: E402
+                    spread, within)
 
 load_pack()  # imports no ComfyUI: for the pack's own image metric, the one the compare node reports
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
@@ -175,20 +177,49 @@ def measure(server: ComfyServer, args, model_name: str, features: int, proxy=Non
     for case in cases:
         run_prompt(server, case_prompt(case, model_name, features, 10_000, args.size, args.tokens, proxy))
     compiled_after_warmup = server.get(COMPILE_ROUTE) if args.compile else None
-    for rep in range(args.repeats):
-        # Alternate the order so drift (thermal, background load) hits every case alike.
-        for case in (cases if rep % 2 == 0 else list(reversed(cases))):
-            run = run_prompt(server, case_prompt(case, model_name, features, rep, args.size, args.tokens, proxy))
-            result = results[case.name]
-            result["times"].append(run.seconds)
-            result["latents"].append((rep, run.latent))
-            if run.stats:
-                result["stats"].append(run.stats)
+
+    def run_case(case: Case, rep: int):
+        run = run_prompt(server, case_prompt(case, model_name, features, rep, args.size, args.tokens, proxy))
+        return run.seconds, run.latent, run.stats
+
+    repeat_until_stable(cases, run_case, results, args)
     if compiled_after_warmup is not None:
         # The cache's per-step decisions must not make torch.compile compile again once warm.
         print(f"torch.compile after the warm-up: {compiled_after_warmup}; after every timed run: "
               f"{server.get(COMPILE_ROUTE)}", flush=True)
     return summarize(results, proxy.decode if proxy is not None else None)
+
+
+def repeat_until_stable(cases: list, run_case, results: dict, args) -> int:
+    """Timed repeats, every case once per repeat in alternating order (drift, thermal or background
+    load, hits every case alike), until each row's wall speedup is stable or ``args.budget`` seconds
+    are spent; at least ``args.repeats``. ``run_case(case, rep)`` returns (seconds, latent, stats)."""
+    started, rep = time.monotonic(), 0
+    while keep_repeating(rep, list(wall_spreads(results).values()), time.monotonic() - started, args.budget,
+                         min_repeats=args.repeats):
+        for case in (cases if rep % 2 == 0 else list(reversed(cases))):
+            seconds, latent, stats = run_case(case, rep)
+            result = results[case.name]
+            result["times"].append(seconds)
+            result["latents"].append((rep, latent))
+            result["stats"].append(stats)
+        rep += 1
+        if rep >= 2:
+            widest = max(wall_spreads(results).items(), key=lambda kv: kv[1].half_width, default=None)
+            if widest:
+                print(f"repeat {rep}: widest spread +-{widest[1].half_width:.1%} ({widest[0]}), "
+                      f"{time.monotonic() - started:.0f} s of {args.budget:g} s", flush=True)
+    return rep
+
+
+def wall_spreads(results: dict) -> dict[str, Spread]:
+    """Each case's wall speedup (its uncached time over its own, repeat by repeat): median and spread."""
+    spreads = {}
+    for name, result in results.items():
+        reference = results[reference_case(name)]
+        if result is not reference and result["times"]:
+            spreads[name] = spread(paired_ratios(reference["times"], result["times"]))
+    return spreads
 
 
 def image_errors(latents: list, references: list, decode) -> tuple[float, float]:
@@ -203,38 +234,40 @@ def image_errors(latents: list, references: list, decode) -> tuple[float, float]
 
 def summarize(results: dict, decode=None) -> list[dict]:
     rows = []
+    walls = wall_spreads(results)
     for name, result in results.items():
         case = result["case"]
         reference = results[reference_case(name)]
-        base_time = statistics.median(reference["times"])
         time_ = statistics.median(result["times"])
         deviation = max(relative_l2(lat, ref)
                         for (_, lat), (_, ref) in zip(sorted(result["latents"], key=lambda t: t[0]),
                                                       sorted(reference["latents"], key=lambda t: t[0])))
-        stats = result["stats"][-1] if result["stats"] else None
+        stats = result["stats"][-1]
         mae, psnr = image_errors(result["latents"], reference["latents"], decode) if decode else (None, None)
         ideal = stats["ideal_speedup"] if stats else 1.0
-        wall = base_time / time_
+        wall = Spread(1.0, 1.0, 1.0) if result is reference else walls[name]
+        estimate = estimate_error(result, results.get(reference_case(name).replace("uncached", "caching off")))
         rows.append({"case": name, "steps": case.steps, "cfg": case.cfg, "seconds": time_,
                      "cached": f"{len(stats['cached_steps'])}/{stats['steps']}" if stats else "-",
-                     "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall,
-                     "efficiency": wall / ideal, "deviation": deviation, "mae_255": mae, "psnr_db": psnr,
-                     "estimate_error": estimate_error(result, results.get(reference_case(name).replace(
-                         "uncached", "caching off")))})
+                     "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall.median,
+                     "efficiency": wall.median / ideal, "deviation": deviation, "mae_255": mae, "psnr_db": psnr,
+                     "reference": result is reference, "repeats": len(result["times"]), "wall_spread": wall, "efficiency_spread": wall.scaled(1 / ideal),
+                     "estimate_error": estimate.median if estimate is not None else None, "estimate_spread": estimate})
     return rows
 
 
-def estimate_error(result: dict, caching_off: dict | None) -> float | None:
+def estimate_error(result: dict, caching_off: dict | None) -> Spread | None:
     """How far the node's estimate of the uncached time is from the uncached time it measured.
 
     A cached run estimates what it would have taken uncached (``estimated_uncached_s``); the same
-    graph with caching off measures that (its ``duration_s``, the same span of the run).
+    graph with caching off measures that (its ``duration_s``, the same span of the run), paired
+    repeat by repeat.
     """
-    if not result["stats"] or not caching_off or not caching_off["stats"] or result is caching_off:
+    if not caching_off or result is caching_off or not all(result["stats"]) or not all(caching_off["stats"]):
         return None
-    estimated = statistics.median(s["estimated_uncached_s"] for s in result["stats"])
-    measured = statistics.median(s["duration_s"] for s in caching_off["stats"])
-    return estimated / measured - 1.0
+    estimated = [s["estimated_uncached_s"] for s in result["stats"]]
+    measured = [s["duration_s"] for s in caching_off["stats"]]
+    return spread(paired_ratios(estimated, measured)).shifted(-1.0)
 
 
 # --- through the adapters only (no ComfyUI) -----------------------------------------------
@@ -284,34 +317,43 @@ def run_adapters(args) -> list[dict]:
                       "stats": []} for name, s in cases.items()}
     for name, settings in cases.items():
         sample(settings, seed=10_000)  # warm-up
-    for rep in range(args.repeats):
-        for name, settings in (cases.items() if rep % 2 == 0 else reversed(cases.items())):
-            seconds, latent, stats = sample(settings, seed=rep)
-            results[name]["times"].append(seconds)
-            results[name]["latents"].append((rep, latent))
-            if stats:
-                results[name]["stats"].append(stats)
+    repeat_until_stable([results[name]["case"] for name in cases],
+                        lambda case, rep: sample(cases[case.name], seed=rep), results, args)
     return summarize(results)
 
 
 def print_table(rows: list[dict], where: str):
-    print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of side-by-side runs:")
+    repeats = max((r.get("repeats", 0) for r in rows), default=0)
+    print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of {repeats} side-by-side repeats, +- half the "
+          f"interquartile range of the per-repeat ratios:")
     images = any(r.get("mae_255") is not None for r in rows)
     header = (f"{'setting':<31}{'steps':>6}{'cfg':>5}{'mode':>9}{'cached':>8}{'s/run':>8}{'ideal':>7}{'wall':>7}"
-              f"{'wall/ideal':>11}{'deviation':>11}{'est. error':>11}" + (f"{'MAE/255':>9}{'PSNR dB':>9}" if images else ""))
+              f"{'spread':>9}{'wall/ideal':>11}{'deviation':>11}{'est. error':>17}"
+              + (f"{'MAE/255':>9}{'PSNR dB':>9}" if images else ""))
     print(header)
     print("-" * len(header))
     for r in rows:
-        error = "-" if r.get("estimate_error") is None else f"{r['estimate_error']:+.1%}"
+        estimate = r.get("estimate_spread")
+        error = "-" if estimate is None else f"{estimate.median:+.1%}+-{(estimate.high - estimate.low) / 2:.1%}"
+        wall = r["wall_spread"]
+        spread_ = "-" if r.get("reference") else f"+-{wall.half_width:.1%}"
+        efficiency = "noise?" if above_ideal(r["efficiency_spread"]) else f"{r['efficiency']:.0%}"
         print(f"{r['case']:<31}{r['steps']:>6}{r['cfg']:>5g}{r['cfg_mode']:>9}{r['cached']:>8}{r['seconds']:>8.2f}"
-              f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{r['efficiency']:>10.0%}{r['deviation']:>11.4f}{error:>11}"
+              f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{spread_:>9}{efficiency:>11}{r['deviation']:>11.4f}{error:>17}"
               + (f"{r['mae_255']:>9.2f}{r['psnr_db']:>9.1f}" if images else ""))
-    print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time (compiled "
-          "cases: against compiled uncached); deviation = relative L2 distance of the final latent from the "
-          "uncached one (same seed); est. error = the node's estimate of the uncached run time against the "
-          "same graph with caching off." + (" MAE/255 and PSNR: the decoded image against the uncached one (mean "
-          "over the repeats; a small trained proxy on procedural images: dynamics, not Krea-2 quality)."
-          if images else ""))
+    print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time, median of "
+          "the per-repeat ratios (compiled cases: against compiled uncached); spread = half the interquartile "
+          "range of those ratios; deviation = relative L2 distance of the final latent from the uncached one "
+          "(same seed); est. error = the node's estimate of the uncached run time against the same graph with "
+          "caching off, with its spread in points." + (" MAE/255 and PSNR: the decoded image against the "
+          "uncached one (mean over the repeats; a small trained proxy on procedural images: dynamics, not "
+          "Krea-2 quality)." if images else ""))
+    for r in rows:
+        if above_ideal(r["efficiency_spread"]):
+            e = r["efficiency_spread"]
+            print(f"noise? {r['case']}: wall speedup {e.low:.0%}-{e.high:.0%} of its ideal: faster than the "
+                  f"blocks it skips allow, a measurement problem (a busy machine), not a result; rerun "
+                  f"with a larger --budget or on a quieter machine.")
 
 
 def main(argv=None):
@@ -322,7 +364,11 @@ def main(argv=None):
     parser.add_argument("--cfg", type=float, default=1.0)
     parser.add_argument("--size", type=int, default=256, help="image side in pixels")
     parser.add_argument("--tokens", type=int, default=32, help="conditioning tokens")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=MIN_REPEATS,
+                        help="the fewest timed repeats; more follow until every row's spread is within +-3%% "
+                             "or --budget is spent")
+    parser.add_argument("--budget", type=float, default=240.0,
+                        help="seconds of timed repeats after which no more are started (default 240)")
     parser.add_argument("--raw", action="store_true", help="also run Krea-2 Raw settings (52 steps, CFG 3.5)")
     parser.add_argument("--adapters-only", action="store_true", help="skip ComfyUI even when it is found")
     parser.add_argument("--random", action="store_true",
@@ -350,22 +396,32 @@ def main(argv=None):
     return rows
 
 
-# What the pack promises, checked on every benchmark run (timings on a shared CPU are noisy:
-# use enough --repeats before reading much into a miss).
+# What the pack promises, checked on every benchmark run; a verdict only where the row's spread
+# lies wholly on one side of the margin, else "undecided" with the spread.
 ESTIMATE_TOLERANCE = 0.15     # the node's "estimated uncached" against the measured uncached run
 CACHED_EFFICIENCY_FLOOR = 0.90  # wall-clock speedup of a cached case as a share of its ideal
 
 
-def print_checks(rows: list[dict]):
+def check_lines(rows: list[dict]) -> list[str]:
+    lines = []
     for r in rows:
-        if r.get("estimate_error") is not None:
-            verdict = "ok" if abs(r["estimate_error"]) <= ESTIMATE_TOLERANCE else "OVER"
-            print(f"check: {r['case']}: time estimate {r['estimate_error']:+.1%} "
-                  f"(within {ESTIMATE_TOLERANCE:.0%}: {verdict})")
+        estimate = r.get("estimate_spread")
+        if estimate is not None:
+            verdict = show(within(estimate, ESTIMATE_TOLERANCE), estimate, points=True)
+            lines.append(f"check: {r['case']}: time estimate {estimate.median:+.1%} "
+                         f"(within {ESTIMATE_TOLERANCE:.0%}: {verdict})")
         if r["ideal"] > 1.0:
-            verdict = "ok" if r["efficiency"] >= CACHED_EFFICIENCY_FLOOR else "BELOW"
-            print(f"check: {r['case']}: {r['efficiency']:.0%} of the ideal speedup "
-                  f"(at least {CACHED_EFFICIENCY_FLOOR:.0%}: {verdict})")
+            efficiency = r["efficiency_spread"]
+            verdict = ("noise? (faster than its ideal: not a result)" if above_ideal(efficiency)
+                       else show(at_least(efficiency, CACHED_EFFICIENCY_FLOOR), efficiency))
+            lines.append(f"check: {r['case']}: {efficiency.median:.0%} of the ideal speedup "
+                         f"(at least {CACHED_EFFICIENCY_FLOOR:.0%}: {verdict})")
+    return lines
+
+
+def print_checks(rows: list[dict]):
+    for line in check_lines(rows):
+        print(line)
 
 
 if __name__ == "__main__":

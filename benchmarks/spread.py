@@ -1,0 +1,100 @@
+"""How sure a side-by-side timing is: per-repeat ratios, their spread, and verdicts the spread supports.
+
+Stdlib only (the core test tier checks it with plain numbers). The benchmarks time every case once
+per repeat, alternating the order, so a case's time is paired with the uncached time of the same
+repeat: the ratio of the pair cancels drift (background load, thermal) that hits both alike. A row
+reports the median of those per-repeat ratios and their interquartile range; a verdict against a
+margin is given only when that whole range lies on one side of the margin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+MIN_REPEATS = 3          # never fewer, whatever the spread
+TARGET_SPREAD = 0.03     # repeat until every row's half-range is within +-3% of its median (or the budget is spent)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    median: float
+    low: float               # first quartile of the per-repeat values
+    high: float              # third quartile
+
+    @property
+    def half_width(self) -> float:
+        """Half the interquartile range, relative to the median (0.03 = +-3%)."""
+        return (self.high - self.low) / 2 / abs(self.median) if self.median else float("inf")
+
+    def scaled(self, factor: float) -> "Spread":
+        return Spread(self.median * factor, self.low * factor, self.high * factor)
+
+    def shifted(self, offset: float) -> "Spread":
+        return Spread(self.median + offset, self.low + offset, self.high + offset)
+
+
+def spread(values: list[float]) -> Spread:
+    """Median and interquartile range of per-repeat values (one value: no spread known, zero width)."""
+    values = sorted(values)
+    if len(values) == 1:
+        return Spread(values[0], values[0], values[0])
+    low, median, high = statistics.quantiles(values, n=4, method="inclusive")
+    return Spread(median, low, high)
+
+
+def paired_ratios(numerators: list[float], denominators: list[float]) -> list[float]:
+    """Per-repeat ratios of two cases timed in the same repeats (index i = repeat i)."""
+    if len(numerators) != len(denominators):
+        raise ValueError(f"unpaired repeats: {len(numerators)} against {len(denominators)}")
+    return [n / d for n, d in zip(numerators, denominators)]
+
+
+def stable(spreads: list[Spread], target: float = TARGET_SPREAD) -> bool:
+    return all(s.half_width <= target for s in spreads)
+
+
+def keep_repeating(repeats: int, spreads: list[Spread], elapsed_s: float, budget_s: float,
+                   min_repeats: int = MIN_REPEATS, target: float = TARGET_SPREAD) -> bool:
+    """Another repeat: until the minimum is run, then while some row is unstable and time is left."""
+    if repeats < min_repeats:
+        return True
+    return not stable(spreads, target) and elapsed_s < budget_s
+
+
+def at_least(value: Spread, floor: float) -> str:
+    """``ok`` / ``BELOW`` when the whole range is on one side of the floor, else ``undecided``; also
+    ``undecided`` when the range is wider than the margin judged (a floor of 0.90: +-10%)."""
+    if value.half_width > 1.0 - floor:
+        return "undecided"
+    if value.low >= floor:
+        return "ok"
+    if value.high < floor:
+        return "BELOW"
+    return "undecided"
+
+
+def within(value: Spread, tolerance: float) -> str:
+    """``ok`` / ``OVER`` when the whole range is inside +-tolerance, or wholly outside it, else ``undecided``;
+    also ``undecided`` when the range is wider than the tolerance."""
+    if (value.high - value.low) / 2 > tolerance:
+        return "undecided"
+    if -tolerance <= value.low and value.high <= tolerance:
+        return "ok"
+    if value.high < -tolerance or value.low > tolerance:
+        return "OVER"
+    return "undecided"
+
+
+def above_ideal(efficiency: Spread) -> bool:
+    """Wall speedup beyond its ideal even at the low end of its range: a measurement problem, not a result
+    (the ideal counts only block evaluations saved; the cache never saves more than that)."""
+    return efficiency.low > 1.0
+
+
+def show(verdict: str, value: Spread, points: bool = False) -> str:
+    """A verdict as printed: an undecided one says how wide the range was."""
+    if verdict != "undecided":
+        return verdict
+    width = (value.high - value.low) / 2 if points else value.half_width
+    return f"undecided (spread +-{width:.1%})"

@@ -1,0 +1,75 @@
+"""The demo's measurement logic (benchmarks/spread.py) on plain numbers: per-repeat ratios, their
+spread, when to stop repeating, and verdicts only where the spread supports one."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from comfy_harness import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from spread import (Spread, above_ideal, at_least, keep_repeating, paired_ratios, show, spread,  # noqa: E402
+                    within)
+
+
+def test_per_repeat_ratios_cancel_drift_that_hits_both_cases():
+    uncached = [10.0, 20.0, 10.0, 20.0]   # the machine got twice as slow in every other repeat
+    cached = [5.0, 10.0, 5.0, 10.0]
+    s = spread(paired_ratios(uncached, cached))
+    assert (s.median, s.low, s.high, s.half_width) == (2.0, 2.0, 2.0, 0.0)
+    with pytest.raises(ValueError, match="unpaired"):
+        paired_ratios([1.0, 2.0], [1.0])
+
+
+def test_the_spread_is_the_interquartile_range():
+    s = spread([0.9, 1.0, 1.1])
+    assert s.median == pytest.approx(1.0)
+    assert (s.low, s.high) == (pytest.approx(0.95), pytest.approx(1.05))
+    assert s.half_width == pytest.approx(0.05)
+
+
+def test_repeats_go_on_until_the_minimum_then_until_stable_or_out_of_time():
+    wide, narrow = Spread(1.0, 0.9, 1.1), Spread(1.0, 0.99, 1.01)
+    assert keep_repeating(2, [narrow], elapsed_s=0, budget_s=100)        # under the minimum of 3
+    assert not keep_repeating(3, [narrow], elapsed_s=0, budget_s=100)    # stable
+    assert keep_repeating(3, [narrow, wide], elapsed_s=50, budget_s=100)  # one row is not
+    assert not keep_repeating(3, [wide], elapsed_s=100, budget_s=100)    # out of time
+    assert keep_repeating(4, [narrow], elapsed_s=500, budget_s=100, min_repeats=5)
+
+
+def test_a_range_that_straddles_the_margin_gives_no_verdict():
+    assert at_least(Spread(0.93, 0.91, 0.95), 0.90) == "ok"
+    assert at_least(Spread(0.85, 0.83, 0.87), 0.90) == "BELOW"
+    straddling = Spread(0.92, 0.86, 0.98)
+    assert at_least(straddling, 0.90) == "undecided"
+    assert show("undecided", straddling) == "undecided (spread +-6.5%)"
+    assert within(Spread(0.05, 0.02, 0.08), 0.15) == "ok"
+    assert within(Spread(-0.229, -0.25, -0.20), 0.15) == "OVER"
+    assert within(Spread(-0.14, -0.20, -0.10), 0.15) == "undecided"
+    assert show("undecided", Spread(-0.14, -0.20, -0.10), points=True) == "undecided (spread +-5.0%)"
+    # A range wider than the margin it is judged against decides nothing, even wholly on one side.
+    assert at_least(Spread(2.0, 1.5, 3.0), 0.90) == "undecided"
+    assert within(Spread(1.148, 0.20, 2.30), 0.15) == "undecided"
+
+
+def test_a_row_faster_than_its_ideal_beyond_the_noise_is_a_measurement_problem():
+    assert above_ideal(Spread(1.19, 1.12, 1.25))
+    assert not above_ideal(Spread(1.03, 0.97, 1.08))  # above 100%, but within its spread
+    assert not above_ideal(Spread(0.95, 0.93, 0.97))
+
+
+def test_the_demo_checks_print_verdicts_only_where_the_spread_supports_them():
+    speedup = pytest.importorskip("speedup")
+    rows = [{"case": "noisy", "ideal": 1.5, "efficiency_spread": Spread(0.92, 0.86, 0.98),
+             "estimate_spread": Spread(-0.229, -0.30, -0.10)},
+            {"case": "too fast", "ideal": 1.5, "efficiency_spread": Spread(1.5, 1.3, 1.6), "estimate_spread": None},
+            {"case": "good", "ideal": 1.5, "efficiency_spread": Spread(0.95, 0.94, 0.96),
+             "estimate_spread": Spread(0.01, 0.0, 0.02)}]
+    assert speedup.check_lines(rows) == [
+        "check: noisy: time estimate -22.9% (within 15%: undecided (spread +-10.0%))",
+        "check: noisy: 92% of the ideal speedup (at least 90%: undecided (spread +-6.5%))",
+        "check: too fast: 150% of the ideal speedup (at least 90%: noise? (faster than its ideal: not a result))",
+        "check: good: time estimate +1.0% (within 15%: ok)",
+        "check: good: 95% of the ideal speedup (at least 90%: ok)",
+    ]
