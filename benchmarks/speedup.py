@@ -384,13 +384,43 @@ def main(argv=None):
         raise SystemExit("--model needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
     if comfy_root is not None:
         print(f"Using ComfyUI at {comfy_root}", flush=True)
-        rows = run_comfyui(args, comfy_root)
-        model = ("model " + args.model if args.model else "generated mid-size seeded-random Krea-2" if args.random
-                 else "small trained Krea-2 proxy, 128x128")
-        where = f"ComfyUI, {'GPU' if args.gpu else 'CPU'}, {model}"
-    else:
+    proxy_built = True
+    if comfy_root is not None and not (args.model or args.random):
+        from krea2_proxy import EXPECTED_BUILD_MINUTES, is_built
+
+        proxy_built = is_built()
+        if not proxy_built:
+            print(f"The trained Krea-2 proxy is not built yet: first the seeded-random model's table (a few "
+                  f"minutes), then the proxy is trained once (about {EXPECTED_BUILD_MINUTES} minutes on 2 CPU "
+                  f"cores, cached for later runs) and its table follows.", flush=True)
+    rows = []
+    for model in demo_models(args, comfy_root is not None, proxy_built):
+        rows = run_model(args, model, comfy_root)
+    return rows
+
+
+def demo_models(args, comfy_found: bool, proxy_built: bool) -> list[str]:
+    """What one demo run samples, in order: without the proxy built, the seeded-random model first, so
+    the first table comes in minutes instead of after the proxy's build."""
+    if not comfy_found:
+        return ["adapters"]
+    if args.model:
+        return ["model"]
+    if args.random:
+        return ["random"]
+    return ["proxy"] if proxy_built else ["random", "proxy"]
+
+
+def run_model(args, model: str, comfy_root: Path | None) -> list[dict]:
+    if model == "adapters":
         rows = run_adapters(args)
         where = "adapters only, CPU, generated mid-size seeded-random Krea-2 (the proxy needs ComfyUI)"
+    else:
+        args = argparse.Namespace(**{**vars(args), "random": model == "random"})
+        rows = run_comfyui(args, comfy_root)
+        name = {"model": f"model {args.model}", "random": "generated mid-size seeded-random Krea-2",
+                "proxy": "small trained Krea-2 proxy, 128x128"}[model]
+        where = f"ComfyUI, {'GPU' if args.gpu else 'CPU'}, {name}"
     print_table(rows, where)
     print_checks(rows)
     return rows

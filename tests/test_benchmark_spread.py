@@ -73,3 +73,13 @@ def test_the_demo_checks_print_verdicts_only_where_the_spread_supports_them():
         "check: good: time estimate +1.0% (within 15%: ok)",
         "check: good: 95% of the ideal speedup (at least 90%: ok)",
     ]
+
+
+def test_a_first_demo_without_the_proxy_shows_the_random_table_before_the_build():
+    speedup = pytest.importorskip("speedup")
+    args = speedup.argparse.Namespace(model=None, random=False)
+    assert speedup.demo_models(args, comfy_found=True, proxy_built=False) == ["random", "proxy"]
+    assert speedup.demo_models(args, comfy_found=True, proxy_built=True) == ["proxy"]
+    assert speedup.demo_models(args, comfy_found=False, proxy_built=False) == ["adapters"]
+    random = speedup.argparse.Namespace(model=None, random=True)
+    assert speedup.demo_models(random, comfy_found=True, proxy_built=False) == ["random"]
