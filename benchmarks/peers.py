@@ -52,6 +52,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from speedup import Case, run_prompt  # noqa: E402  (also puts tests/ on the path and loads the pack)
+from spread import paired_ratios, spread  # noqa: E402
 
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
 from krea2_cachedit.adapters.strict_json import dumps as strict_json  # noqa: E402
@@ -268,6 +269,9 @@ def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list
             "step_ideal": statistics.mean(s.steps / (s.steps - s.skipped) for s in every_run),
             "seconds": statistics.median(times[c.name]),
             "wall": statistics.median(times[reference.name]) / statistics.median(times[c.name]),
+            # Per-repeat ratios against the uncached run of the same repeat and image: median and
+            # interquartile range (benchmarks/spread.py), how sure the wall figure is.
+            "wall_spread": dataclasses.astuple(spread(paired_ratios(times[reference.name], times[c.name]))),
             "mae_255": statistics.mean(maes), "mae_255_per_image": maes,
             # PSNR of the mean squared error over the images; None when every image is identical.
             "psnr_db": psnr_from_mse(mean_mse, cap=math.inf) if mean_mse > 0 else None,

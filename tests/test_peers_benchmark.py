@@ -71,6 +71,8 @@ def test_every_method_produces_finite_images_and_figures(quick):
             assert r["ideal"] > 1.0 and r["mae_255"] > 0 and math.isfinite(r["psnr_db"]), r
     reference = rows["turbo uncached"]
     assert reference["wall"] == 1.0 and reference["skipped"] == [0]
+    assert reference["wall_spread"] == (1.0, 1.0, 1.0)
+    assert all(r["wall_spread"][1] <= r["wall_spread"][0] <= r["wall_spread"][2] for r in rows.values()), rows
 
 
 @proxy_tier
