@@ -4,8 +4,9 @@
     python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
     python3 dev.py test    # the whole test suite (what CI runs)
 
-Both train a small Krea-2 proxy first when its cache (~/.cache/krea2-cachedit) has none: a few
-minutes on 2 CPU cores, once (tests/krea2_proxy.py).
+With ComfyUI, both need a small trained Krea-2 proxy (tests/krea2_proxy.py), built once into
+~/.cache/krea2-cachedit (about 13 minutes on 2 CPU cores): ``test`` builds it first; ``demo``, when
+it is not built yet, shows the seeded-random model's table first and builds it after that.
 
 and the GPU check (README, "GPU check"): Krea-2 Turbo and Raw at full size on a GPU machine
 without network, with and without the cache and torch.compile:
