@@ -204,11 +204,9 @@ def repeat_until_stable(cases: list, run_case, results: dict, args) -> int:
             result["latents"].append((rep, latent))
             result["stats"].append(stats)
         rep += 1
-        if rep >= 2:
-            widest = max(wall_spreads(results).items(), key=lambda kv: kv[1].half_width, default=None)
-            if widest:
-                print(f"repeat {rep}: widest spread +-{widest[1].half_width:.1%} ({widest[0]}), "
-                      f"{time.monotonic() - started:.0f} s of {args.budget:g} s", flush=True)
+        widest = max(wall_spreads(results).items(), key=lambda kv: kv[1].half_width, default=None)
+        print(f"repeat {rep}: " + (f"widest spread +-{widest[1].half_width:.1%} ({widest[0]}), " if rep >= 2 and widest
+                                   else "") + f"{time.monotonic() - started:.0f} s of {args.budget:g} s", flush=True)
     return rep
 
 
