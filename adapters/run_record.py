@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import statistics
 from typing import Sequence
 
 import torch
@@ -216,7 +217,7 @@ class _DeviceView:
 
     def __init__(self, observation: RunObservation, steps: int):
         self.observation = observation
-        self.states = summarize_steps(observation.calls, steps)[0]
+        self.states, self.cached, self.partial = summarize_steps(observation.calls, steps)
         self.diffs: list[float | None] = [None] * steps
         self.reasons: list[str | None] = [None] * steps
         self._streams: list[dict] = []
@@ -253,10 +254,9 @@ class _DeviceView:
 
     def summary(self, sigmas: list[float]) -> dict:
         o = self.observation
-        _, cached, partial = summarize_steps(o.calls, len(self.states))
         return {"device": o.device, "calls": len(o.calls), "threads": sorted({c.thread for c in o.calls}),
                 "module_id": o.module_id, "cfg_mode": o.cfg_mode, "has_separate_cfg": o.has_separate_cfg,
-                "cache_contexts": o.cache_contexts, "cached_steps": cached, "partial_steps": partial,
+                "cache_contexts": o.cache_contexts, "cached_steps": self.cached, "partial_steps": self.partial,
                 "block_evals": sum(c.blocks_run for c in o.calls),
                 # per call: [step, branches, served_by_cache_dit, blocks_run, sigma, thread]
                 "call_log": [[c.step, list(c.branches), c.served, c.blocks_run, sigma, c.thread]
@@ -346,7 +346,7 @@ def estimate_uncached_seconds(duration_s: float, observations: Sequence[RunObser
             if call.served and not call.cached:
                 full.setdefault(call.stream, []).append(spent)
         for call, spent in zip(observation.calls, timings):
-            would = _median(full[call.stream]) if call.cached and full.get(call.stream) else spent
+            would = statistics.median(full[call.stream]) if call.cached and full.get(call.stream) else spent
             actual[call.step][device] += spent
             uncached[call.step][device] += max(would, spent)
     saved = sum(max(uncached[step].values()) - max(actual[step].values()) for step in actual)
@@ -366,12 +366,6 @@ def parallel_block_evals(observations: Sequence[RunObservation]) -> tuple[int, i
             with_cache[call.step][device] += call.blocks_run
             without[call.step][device] += observation.num_blocks
     return sum(map(max, with_cache.values())), sum(map(max, without.values()))
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def _max_or_none(values) -> float | None:
