@@ -38,6 +38,7 @@ from .observation import Call, CallTimer, RunObservation, exit_status
 from .registry import ResolvedTransformer
 from .settings import RunPlan
 from .step_clock import StepClock
+from .text_path import TextPathReuse
 
 # Told each block's true place before it runs: (index, total blocks, the block's keyword arguments).
 BlockIndexTeller = Callable[[int, int, dict], None]
@@ -113,7 +114,7 @@ class CacheRun:
     parallel = None  # only a run on several devices (``MultiDeviceRun``) has a ParallelOutcome
 
     def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, conds_per_step: int,
-                 host=None, tell_block_index: BlockIndexTeller | None = None):
+                 host=None, tell_block_index: BlockIndexTeller | None = None, text_reuse_off: str | None = None):
         self.target = target
         # The module the sampler calls (the transformer, or a module around it); calls into any
         # other module (e.g. a copy on another GPU) are not this run's.
@@ -147,6 +148,9 @@ class CacheRun:
         self._tracing: tuple[StreamTrace, int] | None = None
         self._fn_input: torch.Tensor | None = None
         self.foreign_serves = ForeignServeWatch()
+        # The family's text path, computed once per batch of conds (None: the family has none).
+        text_path = target.family.text_path
+        self.text_path = TextPathReuse(target.module, text_path, off=text_reuse_off) if text_path else None
 
     # --- lifetime -----------------------------------------------------------------
     def __enter__(self) -> "CacheRun":
@@ -172,12 +176,16 @@ class CacheRun:
                 raise
         self._adapter = adapter
         self._install_block_hooks()
+        if self.text_path is not None:
+            self.text_path.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         import cache_dit
 
         try:
+            if self.text_path is not None:
+                self.text_path.__exit__(exc_type, exc, tb)
             for hook in self._hooks:
                 hook.remove()
             self._hooks = []
@@ -201,15 +209,17 @@ class CacheRun:
         return RunObservation(
             status=status, num_blocks=self.num_blocks, module_id=id(self.host), calls=tuple(self.calls),
             cfg_mode=layout.mode if layout else None, has_separate_cfg=bool(layout and layout.separate_cfg),
-            cache_contexts=self.contexts, traces=tuple(self.stream_traces()), warnings=tuple(self.warnings))
+            cache_contexts=self.contexts, traces=tuple(self.stream_traces()), warnings=tuple(self.warnings),
+            text_path=self.text_path.counts() if self.text_path is not None else None)
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes, device=None):
+    def model_call(self, sigma, branches, shapes, device=None, text=None):
         """Wrap one transformer call: route it through cache-dit or around it, and count its blocks.
 
         ``sigma`` may stay on the device: it is read only when the clock needs it, and for the
-        record at the end of the run.
+        record at the end of the run. ``text``: (identity, tensor) of the call's conditioning when
+        the host vouches it is the same whenever the identity is (see ``text_path``), else None.
         """
         key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
         if torch.is_tensor(sigma):
@@ -221,8 +231,9 @@ class CacheRun:
         self._blocks_counted = 0
         self._tracing, self._fn_input = ((trace, step) if trace else None), None
         timer = CallTimer(device)
+        text_call = self.text_path.call(*text) if self.text_path is not None and text else contextlib.nullcontext()
         try:
-            with (contextlib.nullcontext() if served else self.uncached()):
+            with text_call, (contextlib.nullcontext() if served else self.uncached()):
                 yield served
         finally:
             self._tracing, self._fn_input = None, None

@@ -191,9 +191,9 @@ class DeviceRun:
         return self.run.uncached()
 
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes, device=None):
+    def model_call(self, sigma, branches, shapes, device=None, text=None):
         try:
-            with self.run.model_call(sigma, branches, shapes, device=device) as served:
+            with self.run.model_call(sigma, branches, shapes, device=device, text=text) as served:
                 yield served
         except BaseException:
             if self.clock.current_step is not None:
@@ -225,7 +225,8 @@ class MultiDeviceRun:
     """One sampling run on several devices: a ``CacheRun`` per device, their observations side by side."""
 
     def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock,
-                 tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S):
+                 tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
+                 text_reuse_off: str | None = None):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
@@ -235,7 +236,7 @@ class MultiDeviceRun:
         for device in devices:
             device_clock = self.clock.for_device(device.label)
             run = CacheRun(device.target, plan, device_clock, conds_per_step=device.conds_per_step,
-                           host=device.host, tell_block_index=tell_block_index)
+                           host=device.host, tell_block_index=tell_block_index, text_reuse_off=text_reuse_off)
             self.devices.append(DeviceRun(device, run, device_clock, self.consensus))
         self.observations: list[RunObservation] = []
         self.parallel: ParallelOutcome | None = None

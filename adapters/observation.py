@@ -15,6 +15,7 @@ import time
 import torch
 
 from .diagnostics import DecisionRules, StreamTrace
+from .text_path import TextPathCounts
 
 
 class CallTimer:
@@ -74,6 +75,7 @@ class RunObservation:
     traces: tuple[tuple[StreamTrace, DecisionRules], ...]   # per (context, stream), with that context's rules
     warnings: tuple[str, ...]
     device: str | None = None   # the torch device of a multi-device run's copy; None on one device
+    text_path: TextPathCounts | None = None   # the family's text path: computed / reused calls
 
 
 @dataclasses.dataclass(frozen=True)

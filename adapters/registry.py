@@ -27,6 +27,9 @@ class TransformerFamily:
     # Keyword argument through which the model's own block loop tells each block its index
     # (``block_index``, ``total_blocks``) for model patches; None when its blocks take none.
     block_options_kwarg: str | None = None
+    # The modules (first, second) that turn the conditioning into text tokens on every call,
+    # reused within a run when the host vouches that the conditioning is the same (``text_path``).
+    text_path: tuple[str, str] | None = None
 
 
 SUPPORTED: tuple[TransformerFamily, ...] = (
@@ -37,6 +40,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         forward_pattern="Pattern_3",
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
+        text_path=("txtfusion", "txtmlp"),
     ),
     TransformerFamily(
         name="Krea-2 (diffusers)",
@@ -44,6 +48,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         blocks_attr="transformer_blocks",
         forward_pattern="Pattern_3",
         check_forward_pattern=True,
+        text_path=("text_fusion", "txt_in"),
     ),
 )
 

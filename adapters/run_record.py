@@ -76,6 +76,8 @@ class RunRecord:
     # wall time follows when the devices run side by side. Empty / None on one device.
     devices: list = dataclasses.field(default_factory=list)
     parallel_block_evals: list | None = None
+    # The family's text path over all calls: {"computed", "reused", "off"}; None when it has none.
+    text_path: dict | None = None
 
     @property
     def estimated_speedup(self) -> float:
@@ -198,7 +200,16 @@ def build(plan: RunPlan, clock, model: str, observations: Sequence[RunObservatio
         threshold_suggestions=suggest_thresholds([t for o in observations for t in o.traces]),
         devices=[d.summary(own) for d, own in zip(devices, sigmas)] if parallel else [],
         parallel_block_evals=list(parallel_block_evals(observations)) if parallel else None,
+        text_path=_text_path(observations),
     )
+
+
+def _text_path(observations: Sequence[RunObservation]) -> dict | None:
+    counts = [o.text_path for o in observations if o.text_path is not None]
+    if not counts:
+        return None
+    return {"computed": sum(c.computed for c in counts), "reused": sum(c.reused for c in counts),
+            "off": next((c.off for c in counts if c.off), None)}
 
 
 def skipped_record(steps: int, meta: RunMeta, reason: str) -> RunRecord:

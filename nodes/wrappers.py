@@ -25,7 +25,7 @@ from ..adapters.registry import ResolvedTransformer, resolve
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.step_clock import StepClock, churned_start_sigmas
-from . import multi_gpu, routes
+from . import conditioning_identity, multi_gpu, routes
 from .guidance import read_guidance
 from .plain_errors import plain_errors
 from .step_cache_conflicts import other_step_cache, refusal
@@ -108,11 +108,13 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     for warning in plan.warnings:
         logger.warning("Krea-2 Cache-DiT: %s", warning)
     teller = block_index_teller(target)
+    text_reuse_off = conditioning_identity.run_refusal(guider)
     if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
-        run = MultiDeviceRun(devices, plan, clock, tell_block_index=teller)
+        run = MultiDeviceRun(devices, plan, clock, tell_block_index=teller, text_reuse_off=text_reuse_off)
     else:
         run = CacheRun(target, plan, clock, conds_per_step=guidance.conds_per_step,
-                       host=guider.model_patcher.model.diffusion_model, tell_block_index=teller)
+                       host=guider.model_patcher.model.diffusion_model, tell_block_index=teller,
+                       text_reuse_off=text_reuse_off)
     _report_steps_to(run.clock, args, kwargs)
     hosts = run.routes() if devices else {id(run.host): run}
     _active_runs.update(hosts)
@@ -247,5 +249,6 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     x = args[0]
     branches = options.get("cond_or_uncond") or [0] * x.shape[0]
     shapes = [tuple(a.shape) for a in args[:3] if torch.is_tensor(a)]
-    with run.model_call(options["sigmas"], branches, shapes, device=x.device):
+    text = conditioning_identity.call_identity(options, args)
+    with run.model_call(options["sigmas"], branches, shapes, device=x.device, text=text):
         return executor(*args, **kwargs)

@@ -82,6 +82,8 @@ def test_compiled_and_cached_matches_the_uncached_compile_free_run(comfy_server,
     for record in records:
         assert record["cached_steps"] == eager_record["cached_steps"] == FAST_8_CACHED
         assert record["block_evals"] == eager_record["block_evals"]
+        # The text path, computed eagerly once, reused by the compiled model's other calls.
+        assert record["text_path"] == {"computed": 1, "reused": 7, "off": None}
     assert relative_error(latents[0], eager_cached) < 1e-3
     assert counts[1]["unique_graphs"] == counts[0]["unique_graphs"], "a second cached run compiles nothing new"
     assert counts[1]["recompiles"] == counts[0]["recompiles"]

@@ -20,6 +20,8 @@
   template run on it without a VAE;
 - ``Krea2TestOwnModelInput``: the diffusion model gets a copy of its input latent, as on a GPU in
   bf16 (where ComfyUI's cast to the compute dtype copies), for step caches that write into it.
+- ``Krea2TestModelFunctionWrapper``: a ``model_function_wrapper`` that calls the model unchanged,
+  as nodes that may change each call's conditioning install one.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -280,12 +282,33 @@ class Krea2TestOwnModelInput:
         return (patched,)
 
 
+class Krea2TestModelFunctionWrapper:
+    """Installs a ``model_function_wrapper`` that passes every call through unchanged."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",)}}
+
+    def patch(self, model):
+        def pass_through(apply_model, args):
+            return apply_model(args["input"], args["timestep"], **args["c"])
+
+        patched = model.clone()
+        patched.set_model_unet_function_wrapper(pass_through)
+        return (patched,)
+
+
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
                        "Krea2TestMultiGPU": Krea2TestMultiGPU,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
-                       "Krea2TestOwnModelInput": Krea2TestOwnModelInput}
+                       "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
+                       "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper}
 
 register_measurement_routes(PromptServer.instance.routes)
