@@ -52,16 +52,20 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from speedup import Case, run_prompt  # noqa: E402  (also puts tests/ on the path and loads the pack)
-from spread import paired_ratios, spread  # noqa: E402
+from spread import Spread, at_least, paired_ratios, show, spread  # noqa: E402
 
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
 from krea2_cachedit.adapters.strict_json import dumps as strict_json  # noqa: E402
 
 from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
+import krea2_costs  # noqa: E402
+from projection import add_projection  # noqa: E402
 from krea2_prompts import PROXY_MODEL, proxy_prompt  # noqa: E402
 
 RESULTS_DIR = BENCH_DIR / "results"
+COSTS = krea2_costs.RESULTS   # Krea-2's component costs at real size, for the projection
 PEER_NODE = "20"  # the EasyCache / LazyCache node, between the loader and the KSampler
+FULL_TEXT_NODE = "22"  # the pass-through model_function_wrapper before the node (CACHING_OFF_FULL_TEXT)
 # The core nodes' own defaults besides the threshold (their reuse_threshold default is 0.2).
 PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
 REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
@@ -69,6 +73,9 @@ EQUAL_SPEED = 0.05  # wall-clock speedups within 5% count as equal
 
 UNCACHED = "uncached"
 CACHING_OFF = "Cache-DiT caching off"  # the node with threshold 0: what the node costs when it caches nothing
+# The same with the text path computed on every call (a pass-through model_function_wrapper turns its
+# reuse off): the node's own per-call cost, without what the reuse saves.
+CACHING_OFF_FULL_TEXT = "Cache-DiT caching off, text path every call"
 THRESHOLD = "Cache-DiT threshold"  # the node's defaults, threshold swept
 FREE_THRESHOLD = "Cache-DiT threshold, warmup 2, no run cap"
 MASKS = "Cache-DiT step masks"
@@ -109,6 +116,8 @@ class PeerCase(Case):
     # The peer's model gets its own copy of its input latent (Krea2TestOwnModelInput), as on a GPU in
     # bf16 where ComfyUI's cast to the compute dtype copies: EasyCache writes into that input.
     own_input: bool = True
+    # A pass-through model_function_wrapper before the node: the text path is computed on every call.
+    full_text: bool = False
 
 
 def case(regime: str, method: str, setting: str = "", cache: dict | None = None,
@@ -128,7 +137,7 @@ def peer_case(regime: str, peer: str, threshold: float, own_input: bool = True) 
 def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
     cases = []
     for regime in regimes:
-        cases += [case(regime, UNCACHED), case(regime, CACHING_OFF, "0", {"residual_diff_threshold": 0.0})]
+        cases += [case(regime, UNCACHED), *caching_off_cases(regime)]
         cases += [case(regime, THRESHOLD, f"{t:g}", {"residual_diff_threshold": t}) for t in NODE_THRESHOLDS]
         cases += [case(regime, FREE_THRESHOLD, f"{t:g}", {"residual_diff_threshold": t, **FREE})
                   for t in FREE_THRESHOLDS]
@@ -142,9 +151,17 @@ def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
     return cases
 
 
+def caching_off_cases(regime: str) -> list[PeerCase]:
+    """The node caching nothing: with its text-path reuse, and with the text path on every call."""
+    full_text = case(regime, CACHING_OFF_FULL_TEXT, "0", {"residual_diff_threshold": 0.0})
+    full_text.full_text = True
+    return [case(regime, CACHING_OFF, "0", {"residual_diff_threshold": 0.0}), full_text]
+
+
 def quick_cases() -> list[PeerCase]:
     """A handful of Turbo-like cases: one of each kind of method."""
-    return [case("turbo", UNCACHED), case("turbo", THRESHOLD, f"{NODE_DEFAULT_THRESHOLD:g}", {}),
+    return [case("turbo", UNCACHED), *caching_off_cases("turbo"),
+            case("turbo", THRESHOLD, f"{NODE_DEFAULT_THRESHOLD:g}", {}),
             case("turbo", calibrator_method("taylorseer"), f"{NODE_DEFAULT_THRESHOLD:g}", {"calibrator": "taylorseer"}),
             peer_case("turbo", EASYCACHE, 0.2), peer_case("turbo", EASYCACHE, 1.2),
             peer_case("turbo", LAZYCACHE, 0.2), peer_case("turbo", LAZYCACHE, 1.2),
@@ -169,6 +186,9 @@ def case_prompt(case: PeerCase, label: int, seed: int) -> dict:
             model = [OWN_INPUT_NODE, 0]
         prompt[PEER_NODE] = {"class_type": case.peer["class_type"], "inputs": {"model": model, **inputs}}
         prompt["6"]["inputs"]["model"] = [PEER_NODE, 0]
+    if case.full_text:
+        prompt[FULL_TEXT_NODE] = {"class_type": "Krea2TestModelFunctionWrapper", "inputs": {"model": ["1", 0]}}
+        prompt["5"]["inputs"]["model"] = [FULL_TEXT_NODE, 0]
     return prompt
 
 
@@ -191,6 +211,22 @@ class Sample:
     skipped: int     # steps the node served from its cache, or the peer skipped
     steps: int
     ideal: float
+    # What the projection to Krea-2's size needs (projection.py): model calls, those the node's cache
+    # served (its always-computed blocks only), text path computations, always-computed blocks.
+    calls: int = 0
+    cached_calls: int = 0
+    text_computed: int = 0
+    always_blocks: int = 0
+
+
+def node_sample(seconds: float, latent, stats: dict) -> Sample:
+    blocks = stats["block_evals_uncached"] // max(stats["calls"], 1)
+    text = stats.get("text_path") or {"computed": stats["calls"]}
+    settings = stats["settings"]
+    return Sample(seconds, latent, len(stats["cached_steps"]), stats["steps"], stats["ideal_speedup"],
+                  calls=stats["calls"], cached_calls=sum(1 for call in stats["call_log"] if call[3] < blocks),
+                  text_computed=text["computed"],
+                  always_blocks=settings["Fn_compute_blocks"] + settings["Bn_compute_blocks"])
 
 
 def run_case(server: ComfyServer, case: PeerCase, image: tuple[int, int]) -> Sample:
@@ -200,8 +236,7 @@ def run_case(server: ComfyServer, case: PeerCase, image: tuple[int, int]) -> Sam
     if run.stats is not None:
         if run.stats["status"] != "ok":
             raise RuntimeError(f"{case.name}: the node did not cache this run: {run.stats}")
-        return Sample(run.seconds, run.latent, len(run.stats["cached_steps"]), run.stats["steps"],
-                      run.stats["ideal_speedup"])
+        return node_sample(run.seconds, run.latent, run.stats)
     if case.peer is not None:
         with open(server.log_path, "rb") as log:
             log.seek(log_start)
@@ -209,8 +244,9 @@ def run_case(server: ComfyServer, case: PeerCase, image: tuple[int, int]) -> Sam
         if steps != case.steps:
             raise RuntimeError(f"{case.name}: {case.peer['class_type']} reports {steps} steps, the prompt has "
                                f"{case.steps}")
-        return Sample(run.seconds, run.latent, skipped, steps, steps / (steps - skipped) if steps > skipped else math.inf)
-    return Sample(run.seconds, run.latent, 0, case.steps, 1.0)
+        return Sample(run.seconds, run.latent, skipped, steps, steps / (steps - skipped) if steps > skipped else math.inf,
+                      calls=steps, text_computed=steps - skipped)
+    return Sample(run.seconds, run.latent, 0, case.steps, 1.0, calls=case.steps, text_computed=case.steps)
 
 
 # --- the side-by-side run --------------------------------------------------------------------------
@@ -276,15 +312,21 @@ def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list
             # PSNR of the mean squared error over the images; None when every image is identical.
             "psnr_db": psnr_from_mse(mean_mse, cap=math.inf) if mean_mse > 0 else None,
             "finite": finite, "runs": len(times[c.name]), "images": [list(i) for i in samples[c.name]],
+            "calls": statistics.mean(s.calls for s in every_run),
+            "cached_calls": statistics.mean(s.cached_calls for s in every_run),
+            "text_computed": statistics.mean(s.text_computed for s in every_run),
+            "always_blocks": max(s.always_blocks for s in every_run),
         })
     return rows
 
 
 # --- quality at equal speed ------------------------------------------------------------------------
 
-def best_at_least_as_fast(rows: list[dict], wall: float, tolerance: float = EQUAL_SPEED) -> dict | None:
-    """The row with the lowest MAE among those whose wall-clock speedup is at least ``wall`` (within tolerance)."""
-    rivals = [r for r in rows if r["wall"] >= wall * (1 - tolerance)]
+def best_at_least_as_fast(rows: list[dict], wall: float, tolerance: float = EQUAL_SPEED,
+                          key: str = "wall") -> dict | None:
+    """The row with the lowest MAE among those whose speedup (``key``: measured ``wall`` or ``projected``)
+    is at least ``wall`` (within tolerance)."""
+    rivals = [r for r in rows if r[key] >= wall * (1 - tolerance)]
     return min(rivals, key=lambda r: r["mae_255"]) if rivals else None
 
 
@@ -292,32 +334,33 @@ def is_node(row: dict) -> bool:
     return row["method"].startswith("Cache-DiT")
 
 
-def compare(challengers: list[dict], field: list[dict], tolerance: float = EQUAL_SPEED) -> list[dict]:
+def compare(challengers: list[dict], field: list[dict], tolerance: float = EQUAL_SPEED,
+            key: str = "wall") -> list[dict]:
     """At each challenger setting, the best of ``field`` at least as fast: who has the lower MAE."""
     verdicts = []
     for challenger in challengers:
-        best = best_at_least_as_fast(field, challenger["wall"], tolerance)
+        best = best_at_least_as_fast(field, challenger[key], tolerance, key)
         verdicts.append({
-            "regime": challenger["regime"], "challenger": challenger["case"], "challenger_wall": challenger["wall"],
+            "regime": challenger["regime"], "challenger": challenger["case"], "challenger_wall": challenger[key],
             "challenger_mae_255": challenger["mae_255"], "best": best and best["case"],
-            "best_wall": best and best["wall"], "best_mae_255": best and best["mae_255"],
+            "best_wall": best and best[key], "best_mae_255": best and best["mae_255"],
             "winner": ("unmatched" if best is None else "challenger" if challenger["mae_255"] < best["mae_255"] else
                        "tie" if challenger["mae_255"] == best["mae_255"] else "best")})
     return verdicts
 
 
-def head_to_head(rows: list[dict], tolerance: float = EQUAL_SPEED) -> dict:
+def head_to_head(rows: list[dict], tolerance: float = EQUAL_SPEED, key: str = "wall") -> dict:
     """Per regime: each peer setting that skips something against the node's best at least as fast, and
-    each node method other than the defaults' own curve against that curve."""
-    result = {"peers_vs_node": [], "node_methods_vs_defaults": []}
+    each node method other than the defaults' own curve against that curve; speed is ``key``."""
+    result = {"basis": key, "peers_vs_node": [], "node_methods_vs_defaults": []}
     for regime in sorted({r["regime"] for r in rows}):
         of_regime = [r for r in rows if r["regime"] == regime]
         node = [r for r in of_regime if is_node(r)]
         peers = [r for r in of_regime if r["method"] in PEERS and max(r["skipped"]) > 0]
-        result["peers_vs_node"] += compare(peers, node, tolerance)
+        result["peers_vs_node"] += compare(peers, node, tolerance, key)
         defaults_curve = [r for r in node if r["method"] == THRESHOLD]
         others = [r for r in node if r["method"] != THRESHOLD and r["ideal"] > 1.0]
-        result["node_methods_vs_defaults"] += compare(others, defaults_curve, tolerance)
+        result["node_methods_vs_defaults"] += compare(others, defaults_curve, tolerance, key)
     result["step_costs"] = step_costs(rows)
     return result
 
@@ -364,10 +407,67 @@ def verdict_lines(comparisons: dict) -> list[str]:
                          f"{counts['challenger']}, tie {counts['tie']}, nothing as fast at {counts['unmatched']} "
                          f"of {len(verdicts)} settings")
     lines.append("")
-    for c in comparisons["step_costs"]:
+    for c in comparisons["step_costs"] if comparisons.get("basis", "wall") == "wall" else []:
         lines.append(f"{c['regime']} {c['method']}: one more cached step saves {c['saved_per_step_s'] * 1000:.1f} ms "
                      f"(an uncached run takes {c['uncached_per_step_s'] * 1000:.1f} ms per step; fit over "
                      f"{c['settings']} settings, {c['seconds_at_none']:.3f} s at none cached)")
+    return lines
+
+
+# Targets, checked on every full run (``check:`` lines): what the node's own machinery may cost and
+# what a caching row must return of the blocks it skips.
+NODE_COST_CEILING = 0.01        # caching off, text path on every call, against no node
+CACHING_EFFICIENCY_FLOOR = 0.90  # a caching row's speedup over caching off, as a share of its ideal
+
+
+def _wall_spread(row: dict) -> Spread:
+    return Spread(*row["wall_spread"])
+
+
+def target_checks(rows: list[dict], comparisons: list[dict]) -> list[str]:
+    """``check:`` lines: the node's own cost and each caching row's share of its ideal, per regime, then
+    the race against the peers on each basis (measured wall clock, projected)."""
+    lines = []
+    for regime in sorted({r["regime"] for r in rows}):
+        of_regime = [r for r in rows if r["regime"] == regime]
+        for row in of_regime:
+            if row["method"] == CACHING_OFF_FULL_TEXT:
+                wall = _wall_spread(row)
+                verdict = show(at_least(wall, 1 - NODE_COST_CEILING), wall)
+                lines.append(f"check: {regime}: the node's own cost (caching off, text path every call) "
+                             f"{1 / wall.median - 1:+.1%} over no node (at most {NODE_COST_CEILING:.0%}: {verdict})")
+        off = next(r for r in of_regime if r["method"] == CACHING_OFF)
+        for row in of_regime:
+            if is_node(row) and row["ideal"] > 1.0:
+                # Against caching off: the same node, text-path reuse and per-call cost, so the share
+                # says what caching returns of the blocks it skips.
+                efficiency = _wall_spread(row).scaled(1 / (off["wall"] * row["ideal"]))
+                verdict = show(at_least(efficiency, CACHING_EFFICIENCY_FLOOR), efficiency)
+                lines.append(f"check: {row['case']}: {efficiency.median:.0%} of its ideal over caching off "
+                             f"(at least {CACHING_EFFICIENCY_FLOOR:.0%}: {verdict})")
+    for result in comparisons:
+        lines += race_checks(rows, result)
+    return lines
+
+
+def race_checks(rows: list[dict], result: dict) -> list[str]:
+    """Per regime: every peer setting that skips met by a node setting at least as fast with a lower MAE,
+    and a node setting at least as fast as each peer's fastest."""
+    key, lines = result["basis"], []
+    basis = "measured" if key == "wall" else "projected"
+    for regime in sorted({r["regime"] for r in rows}):
+        verdicts = [v for v in result["peers_vs_node"] if v["regime"] == regime]
+        won = sum(v["winner"] == "best" for v in verdicts)
+        lines.append(f"check: {regime} ({basis}): a faster node setting with a lower MAE at {won} of "
+                     f"{len(verdicts)} peer settings ({'ok' if won == len(verdicts) else 'MISSED'})")
+        node_fastest = max(r[key] for r in rows if r["regime"] == regime and is_node(r))
+        for peer in PEERS:
+            peer_rows = [r for r in rows if r["regime"] == regime and r["method"] == peer]
+            if peer_rows:
+                fastest = max(r[key] for r in peer_rows)
+                ok = node_fastest >= fastest * (1 - EQUAL_SPEED)
+                lines.append(f"check: {regime} ({basis}): the node's fastest {node_fastest:.2f}x against {peer}'s "
+                             f"fastest {fastest:.2f}x ({'ok' if ok else 'MISSED'})")
     return lines
 
 
@@ -386,6 +486,8 @@ PEER_STYLE = {EASYCACHE: dict(color="black", linestyle="--"), LAZYCACHE: dict(co
 # The panels: wall-clock speedup (what a user gets), and model calls without / with (what each method
 # saves in steps, whatever a cached step still costs).
 AXES = (("wall", "wall-clock speedup (x, median of alternating repeats)"),
+        ("projected", "PROJECTED speedup on Krea-2 (28 blocks; the proxy's counts priced with Krea-2's "
+                      "component costs, krea2_costs.py)"),
         ("step_ideal", "model calls without / with (x; a node's cached step still runs its Fn block)"))
 
 
@@ -439,15 +541,18 @@ def plot(rows: list[dict], path: Path, title: str) -> dict[str, list[str]]:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| steps, CFG | method | setting | cached/skipped | s/run | ideal | wall-clock | wall/ideal | MAE/255 | PSNR dB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    projected = all("projected" in r for r in rows)
+    lines = ["| steps, CFG | method | setting | cached/skipped | s/run | ideal | wall-clock | wall/ideal | MAE/255 | PSNR dB |"
+             + (" projected on Krea-2 |" if projected else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if projected else "")]
     for r in rows:
         low, high = r["skipped_range"]
         skipped = f"{low}/{r['steps']}" if low == high else f"{low}-{high}/{r['steps']}"
         psnr = "identical" if r["psnr_db"] is None else f"{r['psnr_db']:.1f}"
         setting = r["setting"] + (" (defaults)" if is_node_default(r) else "")
         lines.append(f"| {r['steps']}, {r['cfg']:g} | {r['method']} | {setting} | {skipped} | {r['seconds']:.3f} | "
-                     f"{r['ideal']:.2f}x | {r['wall']:.2f}x | {r['wall'] / r['ideal']:.0%} | {r['mae_255']:.2f} | {psnr} |")
+                     f"{r['ideal']:.2f}x | {r['wall']:.2f}x | {r['wall'] / r['ideal']:.0%} | {r['mae_255']:.2f} | {psnr} |"
+                     + (f" {r['projected']:.2f}x |" if projected else ""))
     return "\n".join(lines)
 
 
@@ -499,13 +604,24 @@ def run(args) -> tuple[list[dict], dict]:
     return report(rows, info, Path(args.out), stem="peers_quick" if args.quick else "peers")
 
 
-def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers") -> tuple[list[dict], dict]:
-    """Compare, write the JSON and the plot, print the Markdown table and the verdicts."""
+def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers",
+           costs_path: Path = COSTS) -> tuple[list[dict], dict]:
+    """Compare (measured, and projected when Krea-2's component costs are measured), write the JSON and
+    the plot, print the Markdown table, the verdicts and the target checks."""
     comparisons = head_to_head(rows)
+    bases = [comparisons]
+    if costs_path.exists() and any(r["method"] == CACHING_OFF_FULL_TEXT for r in rows):
+        info = {**info, "projection": add_projection(rows, krea2_costs.load(costs_path))}
+        comparisons["projected"] = head_to_head(rows, key="projected")
+        bases.append(comparisons["projected"])
     json_path, png_path, _ = write_results(rows, comparisons, info, out_dir, stem)
     print(markdown_table(rows))
-    print("\nAt each peer setting, the node's best setting at least as fast (within 5%):")
-    print("\n".join(verdict_lines(comparisons)))
+    for result in bases:
+        print(f"\nAt each peer setting, the node's best setting at least as fast (within 5%), "
+              f"{'measured' if result['basis'] == 'wall' else 'PROJECTED on Krea-2'}:")
+        print("\n".join(verdict_lines(result)))
+    print()
+    print("\n".join(target_checks(rows, bases)))
     print(f"\nWrote {json_path} and {png_path}")
     return rows, comparisons
 

@@ -107,8 +107,9 @@ def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_r
     comparisons = peers.head_to_head(rows)
     peer_rows = [r for r in rows if r["method"] in peers.PEERS and max(r["skipped"]) > 0]
     assert [v["challenger"] for v in comparisons["peers_vs_node"]] == [r["case"] for r in peer_rows]
-    # Two thresholds per peer, with different skipped counts: a line each (the node has one setting here).
-    assert [c["method"] for c in comparisons["step_costs"]] == list(peers.PEERS)
+    # Two thresholds per peer, and caching off and the defaults for the node, with different skipped
+    # counts: a line each.
+    assert [c["method"] for c in comparisons["step_costs"]] == ["Cache-DiT", *peers.PEERS]
     assert all(math.isfinite(c["saved_per_step_s"]) for c in comparisons["step_costs"]), comparisons["step_costs"]
     info = peers.conditions(comfy_root, proxy, peers.IMAGES[:1], 2, "1")
     json_path, png_path, drawn = peers.write_results(rows, comparisons, info, tmp_path)
@@ -117,3 +118,27 @@ def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_r
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 10_000
     assert drawn == {"turbo": list(dict.fromkeys(c.method for c in cases))}
     assert "| 8, 1 | EasyCache | 1.2 |" in peers.markdown_table(rows)
+
+
+@proxy_tier
+def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick, tmp_path, proxy, comfy_root):
+    _, rows = quick
+    rows = [dict(r) for r in rows.values()]
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"costs": {"block": 1.0, "text": 6.0, "rest": 2.0, "blocks": 28}}))
+    info = peers.conditions(comfy_root, proxy, peers.IMAGES[:1], 2, "1")
+    _, comparisons = peers.report(rows, info, tmp_path, stem="projected", costs_path=costs)
+    by_case = {r["case"]: r for r in rows}
+    assert by_case["turbo uncached"]["projected"] == 1.0
+    for peer in peers.PEERS:  # a skipped call runs nothing: model calls without / with
+        r = by_case[f"turbo {peer} {HIGH:g}"]
+        assert r["projected"] == pytest.approx(r["step_ideal"]), r
+    # The node computed the text path once per run, and its defaults cache: faster than caching off.
+    assert by_case["turbo Cache-DiT caching off 0"]["text_computed"] == 1
+    assert by_case["turbo Cache-DiT threshold 0.24"]["projected"] > by_case["turbo Cache-DiT caching off 0"]["projected"]
+    assert comparisons["projected"]["basis"] == "projected"
+    written = strict_loads((tmp_path / "projected.json").read_text())
+    assert written["conditions"]["projection"]["costs"]["text"] == 6.0
+    checks = peers.target_checks(rows, [comparisons, comparisons["projected"]])
+    assert any(line.startswith("check: turbo: the node's own cost") for line in checks), checks
+    assert any("(projected): a faster node setting" in line for line in checks), checks
