@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -313,6 +314,7 @@ def run_adapters(args) -> list[dict]:
              "steps_mask ultra": CacheSettings(steps_mask="ultra")}
     results = {name: {"case": Case(name, args.steps, 1.0, {} if s else None), "times": [], "latents": [],
                       "stats": []} for name, s in cases.items()}
+    print("Warming up (first runs) ...", flush=True)
     for name, settings in cases.items():
         sample(settings, seed=10_000)  # warm-up
     repeat_until_stable([results[name]["case"] for name in cases],
@@ -354,7 +356,7 @@ def print_table(rows: list[dict], where: str):
                   f"with a larger --budget or on a quieter machine.")
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="a real Krea-2 checkpoint (native format); sampled on the GPU")
     parser.add_argument("--gpu", action="store_true", help="let ComfyUI use the GPU")
@@ -374,9 +376,39 @@ def main(argv=None):
                              "--size and --tokens apply to it)")
     parser.add_argument("--compile", action="store_true",
                         help="every case behind ComfyUI's TorchCompileModel (inductor), before the node")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads of the sampling (the ComfyUI server's OMP_NUM_THREADS too); default 1 on "
+                             "the CPU: with another job on one of the cores, two threads wait on each other; 0 "
+                             "leaves torch's default (one per core)")
     args = parser.parse_args(argv)
     if args.model:
         args.gpu = True
+    if args.threads is None:
+        args.threads = 0 if args.gpu else 1
+    return args
+
+
+def use_threads(threads: int):
+    """Intra-op CPU threads for this process and for the ComfyUI server it starts (torch reads
+    OMP_NUM_THREADS when it starts); 0 leaves torch's default.
+
+    One thread by default: on a 2-core machine with another job on a core, two threads of one
+    sampling wait on each other at every operation (an 8-step run of the mid-size model took 92 s
+    with two threads, 25 s with one, side by side on the same busy machine)."""
+    if threads:
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+def threads_label(args) -> str:
+    return f"{args.threads} thread{'s' if args.threads > 1 else ''}" if args.threads else "torch's default threads"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    use_threads(args.threads)
     comfy_root = None if args.adapters_only else find_comfyui()
     if comfy_root is None and args.model:
         raise SystemExit("--model needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
@@ -412,13 +444,14 @@ def demo_models(args, comfy_found: bool, proxy_built: bool) -> list[str]:
 def run_model(args, model: str, comfy_root: Path | None) -> list[dict]:
     if model == "adapters":
         rows = run_adapters(args)
-        where = "adapters only, CPU, generated mid-size seeded-random Krea-2 (the proxy needs ComfyUI)"
+        where = (f"adapters only, CPU, {threads_label(args)}, generated mid-size seeded-random Krea-2 (the proxy "
+                 f"needs ComfyUI)")
     else:
         args = argparse.Namespace(**{**vars(args), "random": model == "random"})
         rows = run_comfyui(args, comfy_root)
         name = {"model": f"model {args.model}", "random": "generated mid-size seeded-random Krea-2",
                 "proxy": "small trained Krea-2 proxy, 128x128"}[model]
-        where = f"ComfyUI, {'GPU' if args.gpu else 'CPU'}, {name}"
+        where = f"ComfyUI, {'GPU' if args.gpu else f'CPU, {threads_label(args)}'}, {name}"
     print_table(rows, where)
     print_checks(rows)
     return rows

@@ -83,3 +83,28 @@ def test_a_first_demo_without_the_proxy_shows_the_random_table_before_the_build(
     assert speedup.demo_models(args, comfy_found=False, proxy_built=False) == ["adapters"]
     random = speedup.argparse.Namespace(model=None, random=True)
     assert speedup.demo_models(random, comfy_found=True, proxy_built=False) == ["random"]
+
+
+def test_the_demo_samples_on_one_cpu_thread_and_its_comfyui_server_inherits_it(monkeypatch):
+    """Two threads of one sampling wait on each other when another job holds a core of a 2-core machine."""
+    speedup = pytest.importorskip("speedup")
+    import os
+    import subprocess
+
+    import torch
+
+    assert speedup.parse_args([]).threads == 1
+    assert speedup.parse_args(["--threads", "0"]).threads == 0
+    assert speedup.parse_args(["--model", "krea2.safetensors"]).threads == 0   # on the GPU: torch's default
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")   # restored after the test, with MKL's
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    try:
+        speedup.use_threads(1)
+        assert torch.get_num_threads() == 1
+        # A server started after it (ComfyServer passes os.environ on) samples on one thread too.
+        child = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                               capture_output=True, text=True, check=True)
+        assert child.stdout.strip() == "1"
+    finally:
+        torch.set_num_threads(before)
