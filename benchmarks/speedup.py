@@ -324,8 +324,8 @@ def run_adapters(args) -> list[dict]:
 
 def print_table(rows: list[dict], where: str):
     repeats = max((r.get("repeats", 0) for r in rows), default=0)
-    print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of {repeats} side-by-side repeats, +- half the "
-          f"interquartile range of the per-repeat ratios:")
+    print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of {repeats} side-by-side repeats, +- the "
+          f"farther quartile of the per-repeat ratios:")
     images = any(r.get("mae_255") is not None for r in rows)
     header = (f"{'setting':<31}{'steps':>6}{'cfg':>5}{'mode':>9}{'cached':>8}{'s/run':>8}{'ideal':>7}{'wall':>7}"
               f"{'spread':>9}{'wall/ideal':>11}{'deviation':>11}{'est. error':>17}"
@@ -334,7 +334,7 @@ def print_table(rows: list[dict], where: str):
     print("-" * len(header))
     for r in rows:
         estimate = r.get("estimate_spread")
-        error = "-" if estimate is None else f"{estimate.median:+.1%}+-{(estimate.high - estimate.low) / 2:.1%}"
+        error = "-" if estimate is None else f"{estimate.median:+.1%}+-{estimate.half_range:.1%}"
         wall = r["wall_spread"]
         spread_ = "-" if r.get("reference") else f"+-{wall.half_width:.1%}"
         efficiency = "noise?" if above_ideal(r["efficiency_spread"]) else f"{r['efficiency']:.0%}"
@@ -342,16 +342,16 @@ def print_table(rows: list[dict], where: str):
               f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{spread_:>9}{efficiency:>11}{r['deviation']:>11.4f}{error:>17}"
               + (f"{r['mae_255']:>9.2f}{r['psnr_db']:>9.1f}" if images else ""))
     print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time, median of "
-          "the per-repeat ratios (compiled cases: against compiled uncached); spread = half the interquartile "
-          "range of those ratios; deviation = relative L2 distance of the final latent from the uncached one "
+          "the per-repeat ratios (compiled cases: against compiled uncached); spread = the distance from that median to "
+          "the farther quartile of those ratios (relative), so the spread's range holds the middle half of the repeats; deviation = relative L2 distance of the final latent from the uncached one "
           "(same seed); est. error = the node's estimate of the uncached run time against the same graph with "
           "caching off, with its spread in points." + (" MAE/255 and PSNR: the decoded image against the "
           "uncached one (mean over the repeats; a small trained proxy on procedural images: dynamics, not "
           "Krea-2 quality)." if images else ""))
     for r in rows:
         if above_ideal(r["efficiency_spread"]):
-            e = r["efficiency_spread"]
-            print(f"noise? {r['case']}: wall speedup {e.low:.0%}-{e.high:.0%} of its ideal: faster than the "
+            low, high = r["efficiency_spread"].bounds
+            print(f"noise? {r['case']}: wall speedup {low:.0%}-{high:.0%} of its ideal: faster than the "
                   f"blocks it skips allow, a measurement problem (a busy machine), not a result; rerun "
                   f"with a larger --budget or on a quieter machine.")
 
