@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import dataclasses
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -313,6 +314,7 @@ def run_adapters(args) -> list[dict]:
              "steps_mask ultra": CacheSettings(steps_mask="ultra")}
     results = {name: {"case": Case(name, args.steps, 1.0, {} if s else None), "times": [], "latents": [],
                       "stats": []} for name, s in cases.items()}
+    print("Warming up (first runs) ...", flush=True)
     for name, settings in cases.items():
         sample(settings, seed=10_000)  # warm-up
     repeat_until_stable([results[name]["case"] for name in cases],
@@ -322,8 +324,8 @@ def run_adapters(args) -> list[dict]:
 
 def print_table(rows: list[dict], where: str):
     repeats = max((r.get("repeats", 0) for r in rows), default=0)
-    print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of {repeats} side-by-side repeats, +- half the "
-          f"interquartile range of the per-repeat ratios:")
+    print(f"\nKrea-2 Cache-DiT speedup ({where}); medians of {repeats} side-by-side repeats, +- the "
+          f"farther quartile of the per-repeat ratios:")
     images = any(r.get("mae_255") is not None for r in rows)
     header = (f"{'setting':<31}{'steps':>6}{'cfg':>5}{'mode':>9}{'cached':>8}{'s/run':>8}{'ideal':>7}{'wall':>7}"
               f"{'spread':>9}{'wall/ideal':>11}{'deviation':>11}{'est. error':>17}"
@@ -332,7 +334,7 @@ def print_table(rows: list[dict], where: str):
     print("-" * len(header))
     for r in rows:
         estimate = r.get("estimate_spread")
-        error = "-" if estimate is None else f"{estimate.median:+.1%}+-{(estimate.high - estimate.low) / 2:.1%}"
+        error = "-" if estimate is None else f"{estimate.median:+.1%}+-{estimate.half_range:.1%}"
         wall = r["wall_spread"]
         spread_ = "-" if r.get("reference") else f"+-{wall.half_width:.1%}"
         efficiency = "noise?" if above_ideal(r["efficiency_spread"]) else f"{r['efficiency']:.0%}"
@@ -340,21 +342,21 @@ def print_table(rows: list[dict], where: str):
               f"{r['ideal']:>6.2f}x{r['wall']:>6.2f}x{spread_:>9}{efficiency:>11}{r['deviation']:>11.4f}{error:>17}"
               + (f"{r['mae_255']:>9.2f}{r['psnr_db']:>9.1f}" if images else ""))
     print("ideal = block evaluations without the cache / with it; wall = uncached time / cached time, median of "
-          "the per-repeat ratios (compiled cases: against compiled uncached); spread = half the interquartile "
-          "range of those ratios; deviation = relative L2 distance of the final latent from the uncached one "
+          "the per-repeat ratios (compiled cases: against compiled uncached); spread = the distance from that median to "
+          "the farther quartile of those ratios (relative), so the spread's range holds the middle half of the repeats; deviation = relative L2 distance of the final latent from the uncached one "
           "(same seed); est. error = the node's estimate of the uncached run time against the same graph with "
           "caching off, with its spread in points." + (" MAE/255 and PSNR: the decoded image against the "
           "uncached one (mean over the repeats; a small trained proxy on procedural images: dynamics, not "
           "Krea-2 quality)." if images else ""))
     for r in rows:
         if above_ideal(r["efficiency_spread"]):
-            e = r["efficiency_spread"]
-            print(f"noise? {r['case']}: wall speedup {e.low:.0%}-{e.high:.0%} of its ideal: faster than the "
+            low, high = r["efficiency_spread"].bounds
+            print(f"noise? {r['case']}: wall speedup {low:.0%}-{high:.0%} of its ideal: faster than the "
                   f"blocks it skips allow, a measurement problem (a busy machine), not a result; rerun "
                   f"with a larger --budget or on a quieter machine.")
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="a real Krea-2 checkpoint (native format); sampled on the GPU")
     parser.add_argument("--gpu", action="store_true", help="let ComfyUI use the GPU")
@@ -374,9 +376,39 @@ def main(argv=None):
                              "--size and --tokens apply to it)")
     parser.add_argument("--compile", action="store_true",
                         help="every case behind ComfyUI's TorchCompileModel (inductor), before the node")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads of the sampling (the ComfyUI server's OMP_NUM_THREADS too); default 1 on "
+                             "the CPU: with another job on one of the cores, two threads wait on each other; 0 "
+                             "leaves torch's default (one per core)")
     args = parser.parse_args(argv)
     if args.model:
         args.gpu = True
+    if args.threads is None:
+        args.threads = 0 if args.gpu else 1
+    return args
+
+
+def use_threads(threads: int):
+    """Intra-op CPU threads for this process and for the ComfyUI server it starts (torch reads
+    OMP_NUM_THREADS when it starts); 0 leaves torch's default.
+
+    One thread by default: on a 2-core machine with another job on a core, two threads of one
+    sampling wait on each other at every operation (an 8-step run of the mid-size model took 92 s
+    with two threads, 25 s with one, side by side on the same busy machine)."""
+    if threads:
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+def threads_label(args) -> str:
+    return f"{args.threads} thread{'s' if args.threads > 1 else ''}" if args.threads else "torch's default threads"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    use_threads(args.threads)
     comfy_root = None if args.adapters_only else find_comfyui()
     if comfy_root is None and args.model:
         raise SystemExit("--model needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
@@ -412,13 +444,14 @@ def demo_models(args, comfy_found: bool, proxy_built: bool) -> list[str]:
 def run_model(args, model: str, comfy_root: Path | None) -> list[dict]:
     if model == "adapters":
         rows = run_adapters(args)
-        where = "adapters only, CPU, generated mid-size seeded-random Krea-2 (the proxy needs ComfyUI)"
+        where = (f"adapters only, CPU, {threads_label(args)}, generated mid-size seeded-random Krea-2 (the proxy "
+                 f"needs ComfyUI)")
     else:
         args = argparse.Namespace(**{**vars(args), "random": model == "random"})
         rows = run_comfyui(args, comfy_root)
         name = {"model": f"model {args.model}", "random": "generated mid-size seeded-random Krea-2",
                 "proxy": "small trained Krea-2 proxy, 128x128"}[model]
-        where = f"ComfyUI, {'GPU' if args.gpu else 'CPU'}, {name}"
+        where = f"ComfyUI, {'GPU' if args.gpu else f'CPU, {threads_label(args)}'}, {name}"
     print_table(rows, where)
     print_checks(rows)
     return rows

@@ -3,8 +3,10 @@
 Stdlib only (the core test tier checks it with plain numbers). The benchmarks time every case once
 per repeat, alternating the order, so a case's time is paired with the uncached time of the same
 repeat: the ratio of the pair cancels drift (background load, thermal) that hits both alike. A row
-reports the median of those per-repeat ratios and their interquartile range; a verdict against a
-margin is given only when that whole range lies on one side of the margin.
+reports the median of those per-repeat ratios +- the distance to the farther of their quartiles, so
+the printed range holds the middle half of the repeats even when one outlier pulls one quartile
+away; a verdict against a margin, or a flag, is given only when that printed range lies wholly on
+one side of the margin.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 import statistics
 
 MIN_REPEATS = 3          # never fewer, whatever the spread
-TARGET_SPREAD = 0.03     # repeat until every row's half-range is within +-3% of its median (or the budget is spent)
+TARGET_SPREAD = 0.03     # repeat until every row's spread is within +-3% of its median (or the budget is spent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,9 +25,19 @@ class Spread:
     high: float              # third quartile
 
     @property
+    def half_range(self) -> float:
+        """The distance from the median to the farther quartile (in the values' own units)."""
+        return max(self.median - self.low, self.high - self.median)
+
+    @property
     def half_width(self) -> float:
-        """Half the interquartile range, relative to the median (0.03 = +-3%)."""
-        return (self.high - self.low) / 2 / abs(self.median) if self.median else float("inf")
+        """``half_range`` relative to the median (0.03 = +-3%): the spread as printed."""
+        return self.half_range / abs(self.median) if self.median else float("inf")
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The printed range, median +- half_range: it holds both quartiles."""
+        return self.median - self.half_range, self.median + self.half_range
 
     def scaled(self, factor: float) -> "Spread":
         return Spread(self.median * factor, self.low * factor, self.high * factor)
@@ -63,38 +75,40 @@ def keep_repeating(repeats: int, spreads: list[Spread], elapsed_s: float, budget
 
 
 def at_least(value: Spread, floor: float) -> str:
-    """``ok`` / ``BELOW`` when the whole range is on one side of the floor, else ``undecided``; also
-    ``undecided`` when the range is wider than the margin judged (a floor of 0.90: +-10%)."""
+    """``ok`` / ``BELOW`` when the whole printed range is on one side of the floor, else ``undecided``;
+    also ``undecided`` when the range is wider than the margin judged (a floor of 0.90: +-10%)."""
     if value.half_width > 1.0 - floor:
         return "undecided"
-    if value.low >= floor:
+    low, high = value.bounds
+    if low >= floor:
         return "ok"
-    if value.high < floor:
+    if high < floor:
         return "BELOW"
     return "undecided"
 
 
 def within(value: Spread, tolerance: float) -> str:
-    """``ok`` / ``OVER`` when the whole range is inside +-tolerance, or wholly outside it, else ``undecided``;
-    also ``undecided`` when the range is wider than the tolerance."""
-    if (value.high - value.low) / 2 > tolerance:
+    """``ok`` / ``OVER`` when the whole printed range is inside +-tolerance, or wholly outside it, else
+    ``undecided``; also ``undecided`` when the range is wider than the tolerance."""
+    if value.half_range > tolerance:
         return "undecided"
-    if -tolerance <= value.low and value.high <= tolerance:
+    low, high = value.bounds
+    if -tolerance <= low and high <= tolerance:
         return "ok"
-    if value.high < -tolerance or value.low > tolerance:
+    if high < -tolerance or low > tolerance:
         return "OVER"
     return "undecided"
 
 
 def above_ideal(efficiency: Spread) -> bool:
-    """Wall speedup beyond its ideal even at the low end of its range: a measurement problem, not a result
-    (the ideal counts only block evaluations saved; the cache never saves more than that)."""
-    return efficiency.low > 1.0
+    """Wall speedup beyond its ideal even at the low end of its printed range: a measurement problem, not
+    a result (the ideal counts only block evaluations saved; the cache never saves more than that)."""
+    return efficiency.bounds[0] > 1.0
 
 
 def show(verdict: str, value: Spread, points: bool = False) -> str:
     """A verdict as printed: an undecided one says how wide the range was."""
     if verdict != "undecided":
         return verdict
-    width = (value.high - value.low) / 2 if points else value.half_width
+    width = value.half_range if points else value.half_width
     return f"undecided (spread +-{width:.1%})"
