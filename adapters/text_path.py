@@ -138,20 +138,20 @@ def _stable_patch(module: torch.nn.Module, function) -> types.MethodType:
     return patch
 
 
-# Python bookkeeping that torch.compile must not trace (it would guard on this run's objects and
-# compile again on the next run). The text path itself then runs eagerly under a compiled model:
-# once per batch of conds and run, where it used to run compiled on every call.
-@torch.compiler.disable
-def _first_forward(module, x, *args, **kwargs):
-    reuse, forward = _ACTIVE.get(id(module)), type(module).forward
-    if reuse is None:
-        return forward(module, x, *args, **kwargs)
-    return reuse.first(forward, module, x, *args, **kwargs)
+def _forward_through(step: str):
+    """The forward put on a module of the text path: through the run using it now, if any."""
+
+    # Python bookkeeping that torch.compile must not trace (it would guard on this run's objects and
+    # compile again on the next run). The text path itself then runs eagerly under a compiled model:
+    # once per batch of conds and run, where it used to run compiled on every call.
+    @torch.compiler.disable
+    def forward(module, x, *args, **kwargs):
+        reuse, own = _ACTIVE.get(id(module)), type(module).forward
+        if reuse is None:
+            return own(module, x, *args, **kwargs)
+        return getattr(reuse, step)(own, module, x, *args, **kwargs)
+
+    return forward
 
 
-@torch.compiler.disable
-def _second_forward(module, x, *args, **kwargs):
-    reuse, forward = _ACTIVE.get(id(module)), type(module).forward
-    if reuse is None:
-        return forward(module, x, *args, **kwargs)
-    return reuse.second(forward, module, x, *args, **kwargs)
+_first_forward, _second_forward = _forward_through("first"), _forward_through("second")
