@@ -33,6 +33,10 @@ class TransformerFamily:
     # cache-dit the loop sees one wrapper, so that injection would land after the whole stack.
     match_subclasses: bool = True
     model: str = "Krea-2"        # the model family a user knows, for node scopes and docs
+    # Patches ("group.name" in transformer_options) that the model's own block loop applies
+    # between blocks by block index (e.g. a ControlNet's ``double_block`` patch). Under cache-dit
+    # that loop sees one wrapper block, so a call carrying them is computed in full instead.
+    loop_patches: tuple[str, ...] = ()
 
 
 SUPPORTED: tuple[TransformerFamily, ...] = (
@@ -62,6 +66,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         model="Wan",
+        loop_patches=("patches.double_block", "patches_replace.dit"),
     ),
     # Z-Image: the main stack in ``layers`` takes the joint (caption + image) sequence and returns
     # it; Fn's residual is on that joint sequence. The noise and context refiners run before the
@@ -75,6 +80,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         model="Z-Image",
+        loop_patches=("patches.double_block",),
     ),
 )
 
@@ -114,6 +120,16 @@ class ResolvedTransformer:
     @property
     def num_blocks(self) -> int:
         return len(self.blocks)
+
+
+def loop_patches_in(family: TransformerFamily, transformer_options: dict) -> list[str]:
+    """The patches in a call's options that ``family``'s own block loop applies by block index."""
+    found = []
+    for path in family.loop_patches:
+        group, name = path.split(".", 1)
+        if (transformer_options.get(group) or {}).get(name):
+            found.append(path)
+    return found
 
 
 class UnsupportedModelError(TypeError):

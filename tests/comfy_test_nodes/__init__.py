@@ -13,6 +13,8 @@
   attention output, as patches that act on chosen blocks do;
 - ``Krea2TestAttentionOverrideProbe``: an attention override that records the block index and block
   count of every attention call, for families whose blocks call no attention patches;
+- ``Krea2TestDoubleBlockPatch``: a ``double_block`` patch (as ControlNet patches for Z-Image and
+  Wan set it) that scales one block's output inside the model's own block loop;
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
   them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
   Cache-DiT node does not know;
@@ -206,6 +208,28 @@ class Krea2TestAttentionOverrideProbe:
         return (patched,)
 
 
+class Krea2TestDoubleBlockPatch:
+    """A ``double_block`` patch, as ComfyUI's Z-Image and Wan ControlNet patches set it: the model's own
+    block loop calls it after every block with that block's index; it scales one block's output."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "block": ("INT", {"default": 1, "min": 0, "max": 1000}),
+                             "scale": ("FLOAT", {"default": 0.5, "min": 0.0, "max": 10.0, "step": 0.01})}}
+
+    def patch(self, model, block, scale):
+        def after_block(args):
+            return {"img": args["img"] * scale if args["block_index"] == block else args["img"]}
+
+        patched = model.clone()
+        patched.set_model_double_block_patch(after_block)
+        return (patched,)
+
+
 class Krea2TestSampler:
     CATEGORY = "Krea-2/testing"
     RETURN_TYPES = ("SAMPLER",)
@@ -316,6 +340,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestMultiGPU": Krea2TestMultiGPU,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
                        "Krea2TestAttentionOverrideProbe": Krea2TestAttentionOverrideProbe,
+                       "Krea2TestDoubleBlockPatch": Krea2TestDoubleBlockPatch,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput}
