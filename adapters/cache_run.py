@@ -247,6 +247,10 @@ class CacheRun:
         self.calls.append(Call(step, key.branches, key, served, cached, self._blocks_counted, sigma, timer,
                                threading.current_thread().name))
 
+    def warn_once(self, warning: str):
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+
     @contextlib.contextmanager
     def uncached(self):
         """Run a call with the original blocks and forward, outside cache-dit's state.

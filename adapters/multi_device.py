@@ -187,8 +187,15 @@ class DeviceRun:
     def host(self) -> torch.nn.Module:
         return self.run.host
 
+    @property
+    def target(self):
+        return self.run.target
+
     def uncached(self):
         return self.run.uncached()
+
+    def warn_once(self, warning: str):
+        self.run.warn_once(warning)
 
     @contextlib.contextmanager
     def model_call(self, sigma, branches, shapes, device=None, text=None):

@@ -6,7 +6,7 @@ this folder must never be importable as a top-level ``nodes`` (ComfyUI has its o
 
 from comfy_api.latest import ComfyExtension, io
 
-from .cache_node import Krea2CacheDiT
+from .cache_node import CacheDiTDBCache, Krea2CacheDiT
 from .compare_node import Krea2CompareImages
 from .loader_node import Krea2DiffusersLoader
 from . import routes
@@ -17,4 +17,4 @@ class Krea2CacheDiTExtension(ComfyExtension):
         routes.register()
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [Krea2CacheDiT, Krea2DiffusersLoader, Krea2CompareImages]
+        return [Krea2CacheDiT, CacheDiTDBCache, Krea2DiffusersLoader, Krea2CompareImages]

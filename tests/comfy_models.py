@@ -35,6 +35,72 @@ def make_tiny_wan(comfy_root: Path, path: Path) -> Path:
     return path
 
 
+# Seeded-random checkpoints of other families, in ComfyUI's native key format, built with
+# ComfyUI's own class (on the meta device: only the key names and shapes are taken from it) and
+# checked against ComfyUI's own detection, so UNETLoader loads them as that model.
+_FAMILY_SCRIPT = """
+import json, sys
+family, seed, out_path = sys.argv[-3], int(sys.argv[-2]), sys.argv[-1]
+sys.argv = ["make_family", "--cpu"]
+import comfy.options
+comfy.options.enable_args_parsing()
+import comfy.cli_args, comfy.model_detection, comfy.ops, torch
+from safetensors.torch import save_file
+
+if family.startswith("wan"):
+    from comfy.ldm.wan.model import VaceWanModel, WanModel
+    # Narrow: ComfyUI reads dim, heads (dim // 128), ffn_dim and the block count from the shapes.
+    shape = dict(dim=128, ffn_dim=256, num_heads=1, num_layers=4, text_dim=4096, device="meta",
+                 operations=comfy.ops.disable_weight_init)
+    if family == "wan_vace":  # a subclass whose loop injects features by block index
+        model, expected = VaceWanModel(vace_layers=2, vace_in_dim=96, **shape), "WAN21_Vace"
+    else:
+        model, expected = WanModel(model_type="t2v", **shape), "WAN21_T2V"
+    dtype = torch.float32
+else:
+    from comfy.ldm.lumina.model import NextDiT
+    # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks): shallow instead.
+    model = NextDiT(patch_size=2, in_channels=16, dim=3840, n_layers=2, n_refiner_layers=2, n_heads=30,
+                    n_kv_heads=30, qk_norm=True, cap_feat_dim=64, axes_dims=[32, 48, 48],
+                    axes_lens=[1536, 512, 512], rope_theta=256.0, ffn_dim_multiplier=8.0 / 3.0,
+                    z_image_modulation=True, time_scale=1000.0, pad_tokens_multiple=32, device="meta",
+                    operations=comfy.ops.disable_weight_init)
+    expected, dtype = "ZImage", torch.bfloat16
+
+generator = torch.Generator().manual_seed(seed)
+state = {}
+for name, tensor in model.state_dict().items():
+    shape = tuple(tensor.shape)
+    if "norm" in name and len(shape) == 1:
+        value = 1.0 + 0.1 * torch.randn(shape, generator=generator)   # norm scales near 1
+    else:
+        fan_in = max(1, int(torch.tensor(shape[1:]).prod())) if len(shape) > 1 else shape[-1]
+        value = torch.randn(shape, generator=generator) / fan_in ** 0.5
+    if family == "zimage" and "adaLN_modulation" in name:
+        # As in trained weights, the step modulates the blocks around a fixed gate (tanh(1)), not
+        # from zero: otherwise each step's residual changes by more than itself (diff > 1), where
+        # cache-dit's threshold cannot decide (a threshold of 1 or more caches every step).
+        value = value * 0.1 if name.endswith("weight") else value + 1.0
+    state[name] = value.to(dtype)
+config = comfy.model_detection.model_config_from_unet(state, "")
+assert type(config).__name__ == expected, f"ComfyUI detects {type(config).__name__}, not {expected}"
+save_file(state, out_path)
+print(json.dumps({"class": type(config).__name__, "unet_config": {k: str(v) for k, v in config.unet_config.items()}}))
+"""
+
+# The families the cache node supports besides Krea-2, by the file their test checkpoint gets.
+FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.safetensors",
+                 "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors"}
+
+
+def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
+    """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
+    Z-Image (2 blocks, 2.1 GB in bf16)."""
+    subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
+                   check=True, capture_output=True, timeout=900)
+    return path
+
+
 def make_lora(shape: Krea2Shape, native_names: bool, rank: int = 4) -> dict[str, torch.Tensor]:
     """A rank-``rank`` LoRA on every block's q projection and MLP down projection, large enough to matter."""
     generator = torch.Generator().manual_seed(11)

@@ -186,6 +186,23 @@ def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
 
 
 @pytest.fixture(scope="session")
+def family_server(comfy_root, tmp_path_factory):
+    """A real ComfyUI server with tiny seeded-random Wan (two, and a VACE) and Z-Image checkpoints.
+
+    Made once per session: Z-Image's checkpoint is 2.1 GB (ComfyUI detects it only at full width).
+    """
+    from comfy_models import FAMILY_MODELS, make_family_checkpoint
+
+    base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_families"))
+    for seed, (family, name) in enumerate(FAMILY_MODELS.items()):
+        make_family_checkpoint(comfy_root, family.removesuffix("_low"), base / "models" / "diffusion_models" / name,
+                               seed=seed)
+    server = ComfyServer(comfy_root, base).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def proxy(comfy_root):
     """The small trained Krea-2 (built into its cache first when the cache has none)."""
     from krea2_proxy import ensure_proxy

@@ -1,4 +1,4 @@
-"""The stats panel on the Krea2CacheDiT node, in the real graph editor in headless Chromium.
+"""The stats panel on the cache nodes (Krea2CacheDiT, CacheDiTDBCache), in the real graph editor in headless Chromium.
 
 A real sampling run through the real ComfyUI server: the test opens two editor tabs
 (two clients) on the same workflow, queues it from tab A, and checks that A's node
@@ -36,7 +36,7 @@ STEPS = 8
 CACHE_NODE_ID = 5
 
 
-def ui_workflow(seed: int, cache: dict | None = None) -> dict:
+def ui_workflow(seed: int, cache: dict | None = None, node_type: str = "Krea2CacheDiT") -> dict:
     """UNETLoader -> Krea2CacheDiT -> KSampler -> SaveLatent in the editor's own (UI) format.
 
     Without ``cache`` the Krea2CacheDiT node keeps its defaults (no widgets_values), as a
@@ -61,7 +61,7 @@ def ui_workflow(seed: int, cache: dict | None = None) -> dict:
         node(3, "Krea2TestConditioning", [20, 380], outputs=[("CONDITIONING", "CONDITIONING", [4])],
              widgets=[2, "fixed", 8, TINY_CONTEXT_FEATURES]),
         node(4, "EmptyLatentImage", [20, 560], outputs=[("LATENT", "LATENT", [5])], widgets=[64, 64, 1]),
-        node(CACHE_NODE_ID, "Krea2CacheDiT", [380, 40], inputs=[("model", "MODEL", 1)],
+        node(CACHE_NODE_ID, node_type, [380, 40], inputs=[("model", "MODEL", 1)],
              outputs=[("MODEL", "MODEL", [2])],
              widgets=None if cache is None else list({**CACHE_NODE_DEFAULTS, **cache}.values())),
         node(6, "KSampler", [760, 40],
@@ -129,11 +129,14 @@ def records_of(server: ComfyServer, queued: dict[str, list]) -> list[dict]:
     return [r for r in server.get(STATS_ROUTE)["runs"] if r["prompt_id"] in ids]
 
 
-def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path):
+# Both cache nodes show the same panel (CacheDiTDBCache on the same Krea-2 model).
+@pytest.mark.parametrize("node_type", ["Krea2CacheDiT", "CacheDiTDBCache"])
+def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, tmp_path, node_type):
     node, chromium = browser_tools
     quiet_first_run(editor_server)
     workflow_path = tmp_path / "workflow.json"
-    workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), cache=RUN_CACHE)))
+    workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), cache=RUN_CACHE,
+                                                    node_type=node_type)))
     ARTIFACTS.mkdir(exist_ok=True)
 
     driver = subprocess.run(
@@ -155,7 +158,7 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert not ours, ours
 
     # Before the run the node shows its empty panel, not someone else's numbers.
-    assert result["before_run"] is not None, "no stats panel on the Krea2CacheDiT node"
+    assert result["before_run"] is not None, f"no stats panel on the {node_type} node"
     assert result["before_run"]["prompt_id"] == "" and result["before_run"]["cells"] == []
 
     # The record the server kept for the one prompt tab A queued is the one the node shows.

@@ -1,4 +1,4 @@
-// Shows the cache stats of the last sampling run on each Krea2CacheDiT node.
+// Shows the cache stats of the last sampling run on each Cache-DiT node (Krea2CacheDiT, CacheDiTDBCache).
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
 // node.addDOMWidget, api events and fetchApi), and every style is
@@ -10,7 +10,8 @@
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
-const NODE_CLASS = "Krea2CacheDiT";
+// The pack's cache nodes: the Krea-2 one and the one for every supported family.
+const NODE_CLASSES = new Set(["Krea2CacheDiT", "CacheDiTDBCache"]);
 const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 // "uncached": a run left to the model on purpose (skipped), where Cache-DiT does not know what ran.
@@ -29,7 +30,7 @@ function cacheNodes() {
   const walk = (graph, prefix) => {
     for (const node of graph?.nodes ?? []) {
       const id = prefix + node.id;
-      if (node.comfyClass === NODE_CLASS) nodes.set(id, node);
+      if (NODE_CLASSES.has(node.comfyClass)) nodes.set(id, node);
       // Nodes inside subgraphs run under "outer:inner" ids.
       if (node.subgraph) walk(node.subgraph, id + ":");
     }
@@ -386,7 +387,7 @@ app.registerExtension({
   name: "Krea2.CacheDiT.Stats",
 
   nodeCreated(node) {
-    if (node.comfyClass === NODE_CLASS) attachPanel(node);
+    if (NODE_CLASSES.has(node.comfyClass)) attachPanel(node);
   },
 
   setup() {

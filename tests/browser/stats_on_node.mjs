@@ -125,7 +125,8 @@ function editor(page, name) {
 try {
   const a = editor(context.pages()[0] ?? (await context.newPage()), "A");
   const b = editor(await context.newPage(), "B");
-  const cacheNodeId = String(workflow.nodes.find((n) => n.type === "Krea2CacheDiT").id);
+  // Either of the pack's cache nodes (Krea2CacheDiT, CacheDiTDBCache): the panel is the same.
+  const cacheNodeId = String(workflow.nodes.find((n) => ["Krea2CacheDiT", "CacheDiTDBCache"].includes(n.type)).id);
   result.cache_node_id = cacheNodeId;
 
   // Until A's node shows a run, or a prompt ends without it showing up.

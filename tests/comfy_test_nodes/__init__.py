@@ -11,6 +11,10 @@
 - ``Krea2TestAttentionProbe``: real attention patches (``attn1_patch``, ``attn1_output_patch``)
   that record the block index and block count each block reports, and can scale one block's
   attention output, as patches that act on chosen blocks do;
+- ``Krea2TestAttentionOverrideProbe``: an attention override that records the block index and block
+  count of every attention call, for families whose blocks call no attention patches;
+- ``Krea2TestDoubleBlockPatch``: a ``double_block`` patch (as ControlNet patches for Z-Image and
+  Wan set it) that scales one block's output inside the model's own block loop;
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
   them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
   Cache-DiT node does not know;
@@ -177,6 +181,57 @@ class Krea2TestAttentionProbe:
         return (patched,)
 
 
+class Krea2TestAttentionOverrideProbe:
+    """An attention override (``optimized_attention_override``, as attention-backend nodes set it) that
+    appends each attention call's block index and block count to a file. Unlike the attention patches,
+    every family's attention calls it (Wan's and Z-Image's blocks call no ``attn1_output_patch``)."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "log_path": ("STRING", {"default": ""})}}
+
+    def patch(self, model, log_path):
+        import json
+
+        def override(attention, *args, transformer_options=None, **kwargs):
+            options = transformer_options or {}
+            with open(log_path, "a") as log:
+                log.write(json.dumps({"block_index": options.get("block_index"),
+                                      "total_blocks": options.get("total_blocks"),
+                                      "sigma": float(options["sigmas"].flatten()[0])}) + "\n")
+            return attention(*args, transformer_options=transformer_options, **kwargs)
+
+        patched = model.clone()
+        patched.model_options.setdefault("transformer_options", {})["optimized_attention_override"] = override
+        return (patched,)
+
+
+class Krea2TestDoubleBlockPatch:
+    """A ``double_block`` patch, as ComfyUI's Z-Image and Wan ControlNet patches set it: the model's own
+    block loop calls it after every block with that block's index; it scales one block's output."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "block": ("INT", {"default": 1, "min": 0, "max": 1000}),
+                             "scale": ("FLOAT", {"default": 0.5, "min": 0.0, "max": 10.0, "step": 0.01})}}
+
+    def patch(self, model, block, scale):
+        def after_block(args):
+            return {"img": args["img"] * scale if args["block_index"] == block else args["img"]}
+
+        patched = model.clone()
+        patched.set_model_double_block_patch(after_block)
+        return (patched,)
+
+
 class Krea2TestSampler:
     CATEGORY = "Krea-2/testing"
     RETURN_TYPES = ("SAMPLER",)
@@ -306,6 +361,8 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
                        "Krea2TestMultiGPU": Krea2TestMultiGPU,
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
+                       "Krea2TestAttentionOverrideProbe": Krea2TestAttentionOverrideProbe,
+                       "Krea2TestDoubleBlockPatch": Krea2TestDoubleBlockPatch,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,

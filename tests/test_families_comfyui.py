@@ -1,0 +1,237 @@
+"""The Cache-DiT DBCache node on the other families, in the real ComfyUI server: Wan 2.1/2.2 and Z-Image.
+
+Tiny seeded-random checkpoints in each family's native format (tests/comfy_models.py) that
+ComfyUI's UNETLoader detects as that model; the same graph as the Krea-2 tests with each
+family's conditioning width and latent (tests/family_prompts.py). Random weights: these tests
+check what was cached and how calls were routed, never image quality.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from comfy_harness import prompt_error
+from comfy_models import FAMILY_MODELS
+from family_prompts import FAMILIES, family_prompt
+
+pytestmark = pytest.mark.comfyui
+
+FAST = {"steps_mask": "fast"}
+FAST_8_CACHED = [3, 5, 6]
+OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
+family_ids = pytest.mark.parametrize("family", list(FAMILIES))
+# Z-Image is detected only at full width: one of its runs takes 40-60 s on 2 CPU cores, so the
+# checks that add little for it (they exercise the family-independent path) run on Wan alone.
+wan_only = pytest.mark.parametrize("family", ["wan"])
+
+
+def run_ok(server, prompt):
+    entry = server.run(prompt)
+    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
+    return entry
+
+
+def check_record(record: dict, family: str, steps: int = 8):
+    spec = FAMILIES[family]
+    assert record["status"] == "ok" and record["model"] == spec.name and record["steps"] == steps
+    calls_per_step = record["calls"] // steps
+    # Every call of a computed step runs every block; a cached one only the Fn (and Bn) blocks.
+    assert record["block_evals_uncached"] == steps * calls_per_step * spec.blocks
+
+
+@family_ids
+def test_cfg_1_is_one_stream(family_server, family):
+    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=1.0, cache=FAST))
+    check_record(stats, family)
+    assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("none", False)
+    assert stats["cached_steps"] == FAST_8_CACHED and stats["calls"] == 8
+    assert all(call[1] == [0] for call in stats["call_log"]), "CFG 1 has no uncond pass"
+
+
+@family_ids
+def test_cfg_batched_is_one_stream(family_server, family):
+    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=3.5, cache=FAST))
+    check_record(stats, family)
+    assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("batched", False)
+    assert stats["cached_steps"] == FAST_8_CACHED and stats["calls"] == 8
+    assert stats["call_log"][0][1] == [1, 0], "ComfyUI batches uncond first"
+
+
+@family_ids
+def test_cfg_split_by_conditioning_shape_uses_separate_cfg(family_server, family):
+    """Conds of 8 and 13 tokens cannot batch (Z-Image: its token count is a per-call constant)."""
+    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=3.5, neg_tokens=13, cache=FAST))
+    check_record(stats, family)
+    assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("split", True)
+    assert stats["cached_steps"] == FAST_8_CACHED
+    assert [c[1] for c in stats["call_log"][:2]] == [[0], [1]], "shape-forced splits run cond first"
+    assert stats["calls"] == 16 and stats["extra_calls"] == 0
+    assert {s["branches"][0] for s in stats["streams"]} == {0, 1}
+
+
+@pytest.mark.parametrize("family, cfg, neg_tokens", [
+    ("wan", 1.0, 8), ("wan", 3.5, 8), ("wan", 3.5, 13), ("zimage", 3.5, 13)],
+    ids=["wan-cfg1", "wan-batched", "wan-split", "zimage-split"])
+def test_exact_when_caching_is_off(family_server, family, cfg, neg_tokens):
+    plain = run_ok(family_server, family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=3, prefix="plain"))
+    entry, [stats] = family_server.run_with_stats(
+        family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=3, cache=OFF, prefix="off"))
+    assert stats["cached_steps"] == [] and stats["calls"] == (16 if neg_tokens == 13 else 8)
+    assert torch.equal(family_server.saved_latent(entry, "7"), family_server.saved_latent(plain, "7"))
+
+
+@wan_only
+def test_a_cached_run_differs_and_the_next_plain_run_is_unchanged(family_server, family):
+    """Caching changes the result (the served residual is really used), and leaves the shared model clean."""
+    before = run_ok(family_server, family_prompt(family, cfg=3.5, seed=4, prefix="before"))
+    cached = run_ok(family_server, family_prompt(family, cfg=3.5, seed=4, cache={"steps_mask": "ultra"}))
+    after = run_ok(family_server, family_prompt(family, cfg=3.5, seed=4, prefix="after"))
+    before, cached, after = (family_server.saved_latent(e, "7") for e in (before, cached, after))
+    assert torch.equal(before, after)
+    assert not torch.equal(cached, before) and torch.isfinite(cached).all()
+
+
+@wan_only
+def test_the_medium_mask_caches_its_steps(family_server, family):
+    _, [stats] = family_server.run_with_stats(family_prompt(family, cache={"steps_mask": "medium"}))
+    assert stats["cached_steps"] == [4, 6], "cache-dit's 'medium' mask for 8 steps"
+    assert all(stats["step_reasons"][s] == "mask" for s in (4, 6))
+
+
+@family_ids
+def test_threshold_caching_decides_by_the_measured_change(family_server, family):
+    """At threshold 2 every step the limits allow is cached (warmup 4, then at most 3 in a row); in
+    between, each step after warmup is cached exactly when its measured change is below the threshold."""
+    _, [full] = family_server.run_with_stats(family_prompt(family, cache={"residual_diff_threshold": 2.0}))
+    assert full["cached_steps"] == [4, 5, 6]
+    assert [full["step_reasons"][s] for s in range(8)] == ["warmup"] * 4 + ["threshold"] * 3 + ["max_continuous"]
+    _, [off] = family_server.run_with_stats(family_prompt(family, cache={"residual_diff_threshold": 0.0}))
+    # cache-dit compares only thresholds below 1 (1 or more caches every step): one just above the
+    # smallest change after warmup. The run is the same as this one up to that step, so it caches.
+    diffs = sorted(d for d in off["residual_diffs"][4:] if d is not None)
+    assert diffs[0] < 0.9, f"no change after warmup below 0.9 on these weights: {off['residual_diffs']}"
+    threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
+    _, [mid] = family_server.run_with_stats(family_prompt(family,
+                                                         cache={"residual_diff_threshold": threshold}))
+    assert mid["cached_steps"], (threshold, off["residual_diffs"])
+    for step in range(4, 8):
+        reason, diff = mid["step_reasons"][step], mid["residual_diffs"][step]
+        if step in mid["cached_steps"]:
+            assert reason == "threshold" and diff < threshold, (step, diff, threshold)
+        elif reason == "threshold":
+            assert diff >= threshold, (step, diff, threshold)
+
+
+def with_probe(prompt: dict, log_path) -> dict:
+    """Krea2TestAttentionOverrideProbe right after the loader."""
+    prompt["20"] = {"class_type": "Krea2TestAttentionOverrideProbe",
+                    "inputs": {"model": ["1", 0], "log_path": str(log_path)}}
+    consumer = "5" if "5" in prompt else "6"
+    prompt[consumer]["inputs"]["model"] = ["20", 0]
+    return prompt
+
+
+def blocks_seen(log_path) -> list[list[tuple[int, int]]]:
+    """Per model call (a new sigma), the (block_index, total_blocks) of each block's attention, in order."""
+    calls: list[list] = []
+    last_sigma = None
+    for line in log_path.read_text().splitlines():
+        event = json.loads(line)
+        if event["block_index"] is None:
+            continue  # Z-Image's refiners run before the block loop, outside the cached stack
+        seen = (event["block_index"], event["total_blocks"])
+        if event["sigma"] != last_sigma:
+            calls.append([])
+            last_sigma = event["sigma"]
+        if not calls[-1] or calls[-1][-1] != seen:  # Wan's blocks attend twice (self, cross)
+            calls[-1].append(seen)
+    return calls
+
+
+@family_ids
+def test_attention_sees_each_blocks_true_index_on_computed_and_cached_steps(family_server, family, tmp_path):
+    blocks = FAMILIES[family].blocks
+    plain_log, cached_log = tmp_path / "plain.jsonl", tmp_path / "cached.jsonl"
+    run_ok(family_server, with_probe(family_prompt(family, seed=31), plain_log))
+    cache = {**FAST, "Bn_compute_blocks": 1} if blocks > 2 else FAST
+    _, [record] = family_server.run_with_stats(with_probe(family_prompt(family, cache=cache, seed=31), cached_log))
+    assert record["cached_steps"] == FAST_8_CACHED
+    every_block = [(i, blocks) for i in range(blocks)]
+    assert blocks_seen(plain_log) == [every_block] * 8
+    ran_when_cached = [(0, blocks)] + ([(blocks - 1, blocks)] if cache.get("Bn_compute_blocks") else [])
+    expected = [ran_when_cached if step in FAST_8_CACHED else every_block for step in range(8)]
+    assert blocks_seen(cached_log) == expected
+
+
+@family_ids
+def test_easycache_on_the_same_model_leaves_the_run_to_it(family_server, family):
+    def with_easycache(prompt):
+        prompt["14"] = {"class_type": "EasyCache", "inputs": {
+            "model": ["1", 0], "reuse_threshold": 1.5, "start_percent": 0.15, "end_percent": 0.95, "verbose": False}}
+        prompt["5" if "5" in prompt else "6"]["inputs"]["model"] = ["14", 0]
+        return prompt
+
+    alone = run_ok(family_server, with_easycache(family_prompt(family, seed=40, prefix="alone")))
+    entry, [stats] = family_server.run_with_stats(with_easycache(family_prompt(family, seed=40, cache=FAST)))
+    assert stats["status"] == "skipped" and "EasyCache" in " ".join(stats["warnings"])
+    assert torch.equal(family_server.saved_latent(entry, "7"), family_server.saved_latent(alone, "7"))
+
+
+@family_ids
+def test_calls_with_a_patch_the_block_loop_applies_are_computed_in_full(family_server, family):
+    """A ``double_block`` patch (a ControlNet's) runs in the model's loop between blocks, by index: the
+    cache would skip it, so such calls run in full, exactly as without the node, and the stats say so."""
+    def with_patch(prompt):
+        prompt["20"] = {"class_type": "Krea2TestDoubleBlockPatch", "inputs": {"model": ["1", 0], "block": 1,
+                                                                              "scale": 0.5}}
+        prompt["5" if "5" in prompt else "6"]["inputs"]["model"] = ["20", 0]
+        return prompt
+
+    plain = run_ok(family_server, with_patch(family_prompt(family, seed=41, prefix="patched")))
+    entry, [stats] = family_server.run_with_stats(with_patch(family_prompt(family, seed=41, cache=FAST)))
+    assert torch.equal(family_server.saved_latent(entry, "7"), family_server.saved_latent(plain, "7"))
+    assert stats["cached_steps"] == [] and stats["calls"] == 0
+    assert any("patches.double_block" in w and "computed in full" in w for w in stats["warnings"]), stats["warnings"]
+
+
+def test_wan_2_2_high_and_low_noise_models_are_two_runs(family_server):
+    """Wan 2.2 A14B: the high-noise model samples the first steps, the low-noise one the rest, each
+    with its own node: two runs, each on its own model and its own steps."""
+    prompt = family_prompt("wan", cfg=3.5, cache=FAST, prefix="wan22")
+    prompt["21"] = {"class_type": "UNETLoader", "inputs": {"unet_name": FAMILY_MODELS["wan_low"],
+                                                          "weight_dtype": "default"}}
+    prompt["15"] = {"class_type": "CacheDiTDBCache", "inputs": {**prompt["5"]["inputs"], "model": ["21", 0],
+                                                               "steps_mask": "medium"}}
+    common = {"seed": 0, "steps": 16, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple",
+              "positive": ["2", 0], "negative": ["3", 0]}
+    prompt["6"] = {"class_type": "KSamplerAdvanced", "inputs": {
+        **common, "model": ["5", 0], "add_noise": "enable", "noise_seed": 0, "latent_image": ["4", 0],
+        "start_at_step": 0, "end_at_step": 8, "return_with_leftover_noise": "enable"}}
+    prompt["16"] = {"class_type": "KSamplerAdvanced", "inputs": {
+        **common, "model": ["15", 0], "add_noise": "disable", "noise_seed": 0, "latent_image": ["6", 0],
+        "start_at_step": 8, "end_at_step": 16, "return_with_leftover_noise": "disable"}}
+    for node in ("6", "16"):
+        del prompt[node]["inputs"]["seed"]
+    prompt["7"]["inputs"]["samples"] = ["16", 0]
+    _, runs = family_server.run_with_stats(prompt, node_id=None, runs=2)
+    high, low = sorted(runs, key=lambda r: r["sigmas"][0], reverse=True)
+    assert (high["node_id"], low["node_id"]) == ("5", "15")
+    assert high["steps"] == low["steps"] == 8 and high["sigmas"][-1] == pytest.approx(low["sigmas"][0])
+    assert high["cached_steps"] == FAST_8_CACHED and low["cached_steps"] == [4, 6]
+    assert high["cfg_mode"] == low["cfg_mode"] == "batched"
+
+
+def test_a_subclass_that_injects_by_block_index_is_refused_naming_what_is_supported(family_server):
+    entry = family_server.run(family_prompt("wan", model=FAMILY_MODELS["wan_vace"], cache=FAST))
+    error = prompt_error(entry)
+    assert error.startswith("TypeError: Cache-DiT DBCache got a VaceWanModel model"), error
+    for name in ("Krea-2 (ComfyUI native)", "Wan 2.1/2.2 (ComfyUI native) [WanModel]", "Z-Image"):
+        assert name in error, error
+
+
+def test_the_krea2_node_still_takes_only_krea2(family_server):
+    entry = family_server.run(family_prompt("wan", cache=FAST, node="Krea2CacheDiT"))
+    assert "not a supported Krea-2 transformer" in prompt_error(entry)
