@@ -39,7 +39,7 @@ pytestmark = pytest.mark.comfyui
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPO_NAME = "comfyui-krea2-cachedit"  # the folder cm-cli clones into: the URL's last part
 BROKEN_NAME = "krea2-import-fails"
-NODES = ("Krea2CacheDiT", "Krea2DiffusersLoader")
+NODES = ("Krea2CacheDiT", "CacheDiTDBCache", "Krea2DiffusersLoader")
 TURBO = "krea2_turbo_cachedit.json"
 MANAGER_CONFIG = "[default]\nnetwork_mode = offline\n"
 PROGRESS = re.compile(r"\d+%\||it/s\]")  # tqdm bars of the clone
