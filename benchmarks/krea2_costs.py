@@ -55,6 +55,11 @@ class CallCosts:
     def call(self) -> float:
         return self.blocks * self.block + self.text + self.rest
 
+    def scaled_to(self, call_seconds: float) -> "CallCosts":
+        """The same shares of a call, for a call of ``call_seconds`` (e.g. on another device)."""
+        factor = call_seconds / self.call
+        return CallCosts(self.block * factor, self.text * factor, self.rest * factor, self.blocks)
+
     def shares(self) -> dict:
         return {"blocks": self.blocks * self.block / self.call, "text": self.text / self.call,
                 "rest": self.rest / self.call}

@@ -59,7 +59,7 @@ from krea2_cachedit.adapters.strict_json import dumps as strict_json  # noqa: E4
 
 from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
 import krea2_costs  # noqa: E402
-from projection import add_projection  # noqa: E402
+from projection import GPU_CALL_S, add_projection  # noqa: E402
 from krea2_prompts import PROXY_MODEL, proxy_prompt  # noqa: E402
 
 RESULTS_DIR = BENCH_DIR / "results"
@@ -486,8 +486,7 @@ PEER_STYLE = {EASYCACHE: dict(color="black", linestyle="--"), LAZYCACHE: dict(co
 # The panels: wall-clock speedup (what a user gets), and model calls without / with (what each method
 # saves in steps, whatever a cached step still costs).
 AXES = (("wall", "wall-clock speedup (x, median of alternating repeats)"),
-        ("projected", "PROJECTED speedup on Krea-2 (28 blocks; the proxy's counts priced with Krea-2's "
-                      "component costs, krea2_costs.py)"),
+        ("projected", f"PROJECTED speedup on Krea-2 (x; component costs, a call at {GPU_CALL_S * 1000:g} ms)"),
         ("step_ideal", "model calls without / with (x; a node's cached step still runs its Fn block)"))
 
 

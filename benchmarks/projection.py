@@ -15,6 +15,12 @@ component costs measured at its real size:
 
 Calls of cond and uncond batched (Raw, CFG 3.5) cost twice a single call in compute; the node's
 per-call time does not grow with the batch.
+
+The component costs are measured on this machine's CPU, where a Krea-2 call takes minutes and any
+per-call host time would vanish beside it. Krea-2 runs on a GPU, so the projection keeps the
+measured *shares* of a call (blocks, text path, rest: set by FLOPs, much the same on any device) and
+prices a whole call at ``GPU_CALL_S``, the fast end of a Turbo step at 1024x1024 on a current GPU
+(30-150 ms): the case that weighs the node's own per-call time most.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import statistics
 from krea2_costs import CallCosts
 
 UNCACHED, OFF_FULL_TEXT = "uncached", "Cache-DiT caching off, text path every call"
+GPU_CALL_S = 0.030   # an assumption, stated with every projection: see the module doc
 
 
 def node_call_seconds(rows: list[dict]) -> float:
@@ -60,10 +67,14 @@ def project(rows: list[dict], costs: CallCosts) -> dict[str, dict]:
     return result
 
 
-def add_projection(rows: list[dict], costs: CallCosts) -> dict:
-    """Each row gets ``projected`` (its projected speedup on Krea-2); returns what was used."""
+def add_projection(rows: list[dict], measured: CallCosts, call_s: float | None = GPU_CALL_S) -> dict:
+    """Each row gets ``projected`` (its projected speedup on Krea-2); returns what was used.
+
+    ``call_s``: what a whole call costs (the measured shares kept); None prices it as measured."""
+    costs = measured.scaled_to(call_s) if call_s else measured
     projection = project(rows, costs)
     for row in rows:
         row["projected"] = projection["rows"][row["case"]]["speedup"]
-    return {"costs": {"block": costs.block, "text": costs.text, "rest": costs.rest, "blocks": costs.blocks},
+    return {"call_s": costs.call, "costs": {"block": costs.block, "text": costs.text, "rest": costs.rest,
+                                            "blocks": costs.blocks},
             "shares": costs.shares(), "node_call_s": projection["node_call_s"]}

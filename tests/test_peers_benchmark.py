@@ -138,7 +138,7 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     assert by_case["turbo Cache-DiT threshold 0.24"]["projected"] > by_case["turbo Cache-DiT caching off 0"]["projected"]
     assert comparisons["projected"]["basis"] == "projected"
     written = strict_loads((tmp_path / "projected.json").read_text())
-    assert written["conditions"]["projection"]["costs"]["text"] == 6.0
+    assert written["conditions"]["projection"]["shares"]["text"] == pytest.approx(6 / 36)
     checks = peers.target_checks(rows, [comparisons, comparisons["projected"]])
     assert any(line.startswith("check: turbo: the node's own cost") for line in checks), checks
     assert any("(projected): a faster node setting" in line for line in checks), checks

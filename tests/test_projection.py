@@ -31,7 +31,7 @@ def test_each_method_is_priced_by_what_it_ran():
     rows = [row(UNCACHED, 1.0), row(OFF_FULL_TEXT, 1.08),
             row("Cache-DiT threshold", 0.7, cached=3, text=1, case="node"),
             row("EasyCache", 0.6, skipped=3, text=5, case="peer")]
-    used = add_projection(rows, COSTS)
+    used = add_projection(rows, COSTS, call_s=None)
     assert used["node_call_s"] == {"turbo": pytest.approx(0.01)}
     by_case = {r["case"]: r["projected"] for r in rows}
     assert by_case[UNCACHED] == 1.0
@@ -52,4 +52,14 @@ def test_batched_calls_cost_twice_in_compute_but_not_in_the_nodes_own_time():
 
 def test_the_nodes_own_time_is_never_negative():
     rows = [row(UNCACHED, 1.0), row(OFF_FULL_TEXT, 0.95)]  # noise: faster than no node
-    assert add_projection(rows, COSTS)["node_call_s"] == {"turbo": 0.0}
+    assert add_projection(rows, COSTS, call_s=None)["node_call_s"] == {"turbo": 0.0}
+
+
+def test_a_projection_keeps_the_measured_shares_at_a_gpus_call_time():
+    """Measured on a CPU (minutes per call), priced at a GPU's call time: the node's 10 ms per call
+    weighs against 30 ms calls, not 36 s ones."""
+    rows = [row(UNCACHED, 1.0), row(OFF_FULL_TEXT, 1.08)]
+    used = add_projection(rows, COSTS, call_s=0.030)
+    assert used["call_s"] == pytest.approx(0.030)
+    assert used["shares"] == pytest.approx(COSTS.shares())
+    assert rows[1]["projected"] == pytest.approx(0.240 / (0.240 + 0.08))
