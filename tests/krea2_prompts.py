@@ -59,6 +59,19 @@ def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache
     return prompt
 
 
+def with_lora(prompt: dict, lora_name: str, strength: float, order: str) -> dict:
+    """LoraLoaderModelOnly "8" on the loader's model, before ("lora_first") or after ("cache_first")
+    the Cache-DiT node "5" (node ids of ``krea2_prompt``; family prompts use the same)."""
+    prompt["8"] = {"class_type": "LoraLoaderModelOnly",
+                   "inputs": {"model": ["1", 0], "lora_name": lora_name, "strength_model": strength}}
+    if order == "lora_first":
+        prompt["5"]["inputs"]["model"] = ["8", 0]
+    else:
+        prompt["8"]["inputs"]["model"] = ["5", 0]
+        prompt["6"]["inputs"]["model"] = ["8", 0]
+    return prompt
+
+
 def guided_prompt(guider: dict, *, steps=8, sampler="euler", cache: dict | None = None, seed=0, size=64,
                   sigmas_from: list | None = None, prefix="krea2_guided") -> dict:
     """UNETLoader -> [Krea2CacheDiT] -> ``guider`` -> SamplerCustomAdvanced -> SaveLatent.

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from comfy_harness import prompt_error
-from krea2_prompts import krea2_prompt
+from krea2_prompts import krea2_prompt, with_lora
 
 pytestmark = pytest.mark.comfyui
 
@@ -103,15 +103,7 @@ def lora(comfy_server, tiny_shape):
 
 def lora_prompt(order: str, strength: float, seed: int, prefix: str) -> dict:
     """LoraLoaderModelOnly before ("lora_first") or after ("cache_first") the Cache-DiT node."""
-    prompt = krea2_prompt(cache=FAST, seed=seed, prefix=prefix)
-    prompt["8"] = {"class_type": "LoraLoaderModelOnly",
-                   "inputs": {"model": ["1", 0], "lora_name": LORA, "strength_model": strength}}
-    if order == "lora_first":
-        prompt["5"]["inputs"]["model"] = ["8", 0]
-    else:
-        prompt["8"]["inputs"]["model"] = ["5", 0]
-        prompt["6"]["inputs"]["model"] = ["8", 0]
-    return prompt
+    return with_lora(krea2_prompt(cache=FAST, seed=seed, prefix=prefix), LORA, strength, order)
 
 
 def test_a_lora_before_or_after_the_node_gives_the_same_image(comfy_server, lora):

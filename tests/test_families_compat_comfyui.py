@@ -12,6 +12,7 @@ import torch
 
 from comfy_harness import prompt_error
 from family_prompts import family_prompt
+from krea2_prompts import with_lora
 
 pytestmark = pytest.mark.comfyui
 
@@ -58,15 +59,7 @@ def lora(family_server):
 
 def test_a_lora_before_or_after_the_node_gives_the_same_image(family_server, lora):
     def lora_prompt(order, prefix):
-        prompt = family_prompt("wan", cfg=3.5, cache=FAST, seed=41, prefix=prefix)
-        prompt["8"] = {"class_type": "LoraLoaderModelOnly",
-                       "inputs": {"model": ["1", 0], "lora_name": lora, "strength_model": 1.0}}
-        if order == "lora_first":
-            prompt["5"]["inputs"]["model"] = ["8", 0]
-        else:
-            prompt["8"]["inputs"]["model"] = ["5", 0]
-            prompt["6"]["inputs"]["model"] = ["8", 0]
-        return prompt
+        return with_lora(family_prompt("wan", cfg=3.5, cache=FAST, seed=41, prefix=prefix), lora, 1.0, order)
 
     before, before_record = run(family_server, lora_prompt("lora_first", "lora_a"))
     after, after_record = run(family_server, lora_prompt("cache_first", "lora_b"))
