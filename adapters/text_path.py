@@ -44,9 +44,6 @@ class TextPathCounts:
     reused: int            # calls that reused an earlier call's result
     off: str | None        # why reuse was off for the whole run (None: it was on)
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 class TextPathReuse:
     """Reuse of ``module``'s text path (``attrs``: the first and the second module) for one run."""

@@ -59,7 +59,8 @@ from krea2_cachedit.adapters.strict_json import dumps as strict_json  # noqa: E4
 
 from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
 import krea2_costs  # noqa: E402
-from projection import GPU_CALL_S, add_projection  # noqa: E402
+from projection import GPU_CALL_S, UNCACHED, add_projection  # noqa: E402
+from projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT  # noqa: E402
 from krea2_prompts import PROXY_MODEL, proxy_prompt  # noqa: E402
 
 RESULTS_DIR = BENCH_DIR / "results"
@@ -71,11 +72,9 @@ PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
 REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
 EQUAL_SPEED = 0.05  # wall-clock speedups within 5% count as equal
 
-UNCACHED = "uncached"
+# UNCACHED and CACHING_OFF_FULL_TEXT (the node with caching off and the text path on every call: its
+# own per-call cost) are named in projection.py, which prices rows by them.
 CACHING_OFF = "Cache-DiT caching off"  # the node with threshold 0: what the node costs when it caches nothing
-# The same with the text path computed on every call (a pass-through model_function_wrapper turns its
-# reuse off): the node's own per-call cost, without what the reuse saves.
-CACHING_OFF_FULL_TEXT = "Cache-DiT caching off, text path every call"
 THRESHOLD = "Cache-DiT threshold"  # the node's defaults, threshold swept
 FREE_THRESHOLD = "Cache-DiT threshold, warmup 2, no run cap"
 MASKS = "Cache-DiT step masks"

@@ -29,7 +29,11 @@ import statistics
 
 from krea2_costs import CallCosts
 
-UNCACHED, OFF_FULL_TEXT = "uncached", "Cache-DiT caching off, text path every call"
+# The peer benchmark's case names (its methods) that the projection reads.
+UNCACHED = "uncached"
+# The node with caching off and the text path on every call (a pass-through model_function_wrapper
+# turns its reuse off): the node's own per-call cost, without what the reuse saves.
+OFF_FULL_TEXT = "Cache-DiT caching off, text path every call"
 GPU_CALL_S = 0.030   # an assumption, stated with every projection: see the module doc
 
 
