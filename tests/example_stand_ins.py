@@ -5,9 +5,10 @@ An example is converted from the graph editor's format to an API prompt with
 Comfy-Org files are replaced:
 
 - diffusion model: the tiny generated Krea-2 (native single file, ``krea2_prompts.TINY_MODEL``),
-  read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike;
-- text encoder: Qwen3-VL-4B cannot shrink, so ``CLIPLoader`` is dropped and each
-  ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny model's width;
+  read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike; for another family's example, that
+  family's test checkpoint (``family_prompts.FAMILIES``);
+- text encoder: Qwen3-VL-4B (Qwen3-4B for Z-Image) cannot shrink, so ``CLIPLoader`` is dropped and
+  each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny model's width;
 - VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
   base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
   exactly as it detects ``qwen_image_vae.safetensors``;
@@ -31,7 +32,6 @@ from comfy_harness import comfyui_python, prompt_error
 from editor_format import to_api_prompt
 from krea2_prompts import TINY_MODEL
 
-TINY_VAE = "krea2_test_wan21_vae.safetensors"
 TEST_SIZE = 64
 
 # Run by ComfyUI's interpreter in a child process, so the test process stays free of
@@ -58,31 +58,63 @@ def init(name, tensor):
 save_file({name: init(name, t).contiguous() for name, t in vae.state_dict().items()}, sys.argv[1])
 """
 
+# The Flux VAE (Z-Image's ``ae.safetensors``), decoder only: ComfyUI takes the decoder's width from
+# its weights (32, the least its group norms take, instead of 128) and decoding needs no encoder weights.
+TINY_FLUX_VAE_SCRIPT = """
+import sys, torch
+from comfy.cli_args import args
+args.cpu = True
+import comfy.ops
+from comfy.ldm.modules.diffusionmodules.model import Decoder
+from safetensors.torch import save_file
 
-def write_tiny_vae(comfy_root: Path, base_dir: Path) -> str:
-    """A random Wan 2.1 VAE (base width 8 instead of 96) in ``base_dir``'s models/vae; returns its name."""
-    target = base_dir / "models" / "vae" / TINY_VAE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([comfyui_python(comfy_root), "-c", TINY_VAE_SCRIPT, str(target)], cwd=comfy_root,
-                   check=True, capture_output=True, timeout=120)
-    return TINY_VAE
+decoder = Decoder(ch=32, out_ch=3, ch_mult=[1, 2, 4, 4], num_res_blocks=2, attn_resolutions=[], in_channels=3,
+                  resolution=256, z_channels=16, double_z=True, dropout=0.0)
+generator = torch.Generator().manual_seed(0)
+
+def init(name, tensor):
+    if name.endswith("bias"):
+        return torch.zeros_like(tensor)
+    if tensor.ndim == 1:
+        return torch.ones_like(tensor)
+    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
+
+save_file({"decoder." + name: init(name, t).contiguous() for name, t in decoder.state_dict().items()}, sys.argv[1])
+"""
+# What stands in for each VAE an example loads: (file name, script that writes it).
+TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT),
+             "flux": ("krea2_test_flux_vae.safetensors", TINY_FLUX_VAE_SCRIPT)}
+
+
+def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str:
+    """A random VAE of ``kind`` (``TINY_VAES``) in ``base_dir``'s models/vae; returns its name.
+
+    "wan21": the Wan 2.1 VAE (Krea-2's; base width 8, not 96); "flux": the Flux VAE (Z-Image's; decoder width 32).
+    """
+    name, script = TINY_VAES[kind]
+    target = base_dir / "models" / "vae" / name
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([comfyui_python(comfy_root), "-c", script, str(target)], cwd=comfy_root,
+                       check=True, capture_output=True, timeout=120)
+    return name
 
 
 def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
-                   prefix: str) -> dict:
-    """The API prompt of an example workflow, with the stand-ins above."""
+                   prefix: str, model: str = TINY_MODEL) -> dict:
+    """The API prompt of an example workflow, with the stand-ins above (``model``: the tiny diffusion model)."""
     prompt = to_api_prompt(workflow, object_info)
     encoders = [node_id for node_id, node in prompt.items() if node["class_type"] == "CLIPLoader"]
     for node_id, node in prompt.items():
         kind, inputs = node["class_type"], node["inputs"]
         if kind in ("UNETLoader", "Krea2DiffusersLoader"):
-            inputs["unet_name" if kind == "UNETLoader" else "model_name"] = TINY_MODEL
+            inputs["unet_name" if kind == "UNETLoader" else "model_name"] = model
         elif kind == "VAELoader":
             inputs["vae_name"] = vae_name
         elif kind == "CLIPTextEncode":
             conditioning = {"seed": int(node_id), "tokens": 8, "features": context_features}
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
-        elif kind == "EmptyLatentImage":
+        elif kind in ("EmptyLatentImage", "EmptySD3LatentImage"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
         elif kind == "SaveImage":
             inputs["filename_prefix"] = f"{prefix}_{node_id}"
@@ -124,13 +156,13 @@ def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, pr
 
 def run_example(server, prompt: dict) -> tuple[str, dict, dict]:
     """Queue the prompt, wait for it, check its saved images; returns (prompt_id, its history entry,
-    the stats record of its Krea2CacheDiT node). Fails when the run failed or left no record of its own."""
+    the stats record of its Cache-DiT node). Fails when the run failed or left no record of its own."""
     prompt_id = server.queue(prompt)
     entry = server.wait(prompt_id, timeout=300)
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     check_saved_images(server, prompt, entry)
 
-    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
+    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] in ("Krea2CacheDiT", "CacheDiTDBCache")]
     [record] = server.stats_for(prompt_id, cache_id)
     return prompt_id, entry, record
 

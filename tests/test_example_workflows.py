@@ -1,13 +1,14 @@
 """The shipped example workflows: valid against the real server's /object_info, and runnable.
 
 Each example is converted to an API prompt and run on the CPU with the small
-stand-ins of tests/example_stand_ins.py (tiny Krea-2, test conditioning instead of
-the 4B text encoder, a tiny Wan 2.1 VAE, 64x64); steps, CFG, sampler and every
-Cache-DiT setting stay as shipped.
+stand-ins of tests/example_stand_ins.py (tiny Krea-2, or the shallow Z-Image for the Z-Image
+example; test conditioning instead of the 4B text encoder, a tiny Wan 2.1 VAE, 64x64); steps,
+CFG, sampler and every Cache-DiT setting stay as shipped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from comfy_harness import PACK_DIR_NAME
 from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
 from example_stand_ins import TEST_SIZE, example_prompt, run_example, saved_images, saved_rgb, write_tiny_vae
+from family_prompts import FAMILIES
+from krea2_prompts import TINY_MODEL
 
 pytestmark = pytest.mark.comfyui
 
@@ -29,21 +32,47 @@ def nodes_of_type(path: Path, node_type: str) -> list[dict]:
 
 CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 
-# Model-file widgets hold the Comfy-Org Krea-2 names (the server here has none of those files).
-COMFY_ORG = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main/"
-MODEL_WIDGETS = {
-    ("UNETLoader", "unet_name"): {"krea2_turbo_bf16.safetensors", "krea2_raw_bf16.safetensors"},
-    ("Krea2DiffusersLoader", "model_name"): {"krea2_turbo_bf16.safetensors", "krea2_raw_bf16.safetensors"},
-    ("CLIPLoader", "clip_name"): {"qwen3vl_4b_bf16.safetensors"},
-    ("VAELoader", "vae_name"): {"qwen_image_vae.safetensors"},
+# Model-file widgets hold Comfy-Org's file names (the server here has none of those files), each
+# downloadable from its Comfy-Org repository.
+KREA2_ORG = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main/"
+ZIMAGE_ORG = "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/"
+MODEL_FILES = {
+    "krea2_turbo_bf16.safetensors": KREA2_ORG, "krea2_raw_bf16.safetensors": KREA2_ORG,
+    "qwen3vl_4b_bf16.safetensors": KREA2_ORG, "qwen_image_vae.safetensors": KREA2_ORG,
+    "z_image_turbo_bf16.safetensors": ZIMAGE_ORG, "qwen_3_4b.safetensors": ZIMAGE_ORG, "ae.safetensors": ZIMAGE_ORG,
 }
-# What each example is about: (steps, cfg, model family in the stats).
+MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"), ("CLIPLoader", "clip_name"),
+                 ("VAELoader", "vae_name")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """What an example is about: its sampling recipe, the family its stats name, how it is built."""
+
+    steps: int
+    cfg: float
+    family: str                      # the model family in the stats
+    sampler: str = "euler"
+    scheduler: str = "simple"
+    clip_type: str = "krea2"
+    cache_node: str = "Krea2CacheDiT"
+    loader: str = "UNETLoader"
+    stand_in: str = "krea2"          # the tiny model it runs on here: "krea2" or a family of family_prompts
+    vae: str = "wan21"               # the kind of tiny VAE that stands in for its VAE (example_stand_ins)
+
+
+KREA2 = "Krea-2 (ComfyUI native)"
 EXPECTED = {
-    "krea2_turbo_cachedit.json": (8, 1.0, "Krea-2 (ComfyUI native)"),
-    "krea2_raw_cachedit.json": (52, 3.5, "Krea-2 (ComfyUI native)"),
-    "krea2_diffusers_cachedit.json": (8, 1.0, "Krea-2 (diffusers)"),
-    "krea2_turbo_compare.json": (8, 1.0, "Krea-2 (ComfyUI native)"),
+    "krea2_turbo_cachedit.json": Example(8, 1.0, KREA2),
+    "krea2_raw_cachedit.json": Example(52, 3.5, KREA2),
+    "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", loader="Krea2DiffusersLoader"),
+    "krea2_turbo_compare.json": Example(8, 1.0, KREA2),
+    # Z-Image Turbo's usual recipe: 9 steps at CFG 1, res_multistep, ModelSamplingAuraFlow shift 3.
+    "zimage_turbo_compare.json": Example(9, 1.0, "Z-Image / Lumina 2 (ComfyUI native)", sampler="res_multistep",
+                                         clip_type="lumina2", cache_node="CacheDiTDBCache", stand_in="zimage",
+                                         vae="flux"),
 }
+CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache"}
 CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.24,
                   "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
                   "max_continuous_cached_steps": 3, "calibrator": "none", "taylorseer_order": 1, "dmd_history": 6,
@@ -65,11 +94,6 @@ def nodes_of(workflow: dict, node_type: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def object_info(comfy_server) -> dict:
     return comfy_server.get("/object_info")
-
-
-@pytest.fixture(scope="module")
-def tiny_vae(comfy_server, comfy_root) -> str:
-    return write_tiny_vae(comfy_root, comfy_server.base_dir)
 
 
 # --- checks ----------------------------------------------------------------------------
@@ -105,11 +129,11 @@ def test_example_matches_object_info(path, object_info):
             where = f"{path.name} node {node['id']} ({node['type']}).{name} = {value!r}"
             kind, opts = specs[name]
             if (node["type"], name) in MODEL_WIDGETS:
-                assert value in MODEL_WIDGETS[node["type"], name], where
+                assert value in MODEL_FILES, where
                 # The editor offers the download from properties.models when the file is missing.
                 models = {m["name"]: m for m in node["properties"].get("models", [])}
                 assert value in models, where
-                assert models[value]["url"] == f"{COMFY_ORG}{models[value]['directory']}/{value}", where
+                assert models[value]["url"] == f"{MODEL_FILES[value]}{models[value]['directory']}/{value}", where
             elif kind == "COMBO":
                 assert value in opts["options"], f"{where} not in {opts['options']}"
             elif kind in ("INT", "FLOAT"):
@@ -136,28 +160,31 @@ def test_example_matches_object_info(path, object_info):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_settings(path, object_info):
-    """The Krea-2 sampling recipe of each example, and Cache-DiT with its defaults (the reference settings)."""
+    """The sampling recipe of each example, and Cache-DiT with its defaults (the reference settings)."""
     workflow = load(path)
-    steps, cfg, _ = EXPECTED[path.name]
+    example = EXPECTED[path.name]
     samplers = nodes_of(workflow, "KSampler")
     assert samplers
     for sampler in samplers:
         values = {k: v[0] for k, v in widget_values(sampler, object_info["KSampler"]).items()}
         recipe = (values["steps"], values["cfg"], values["sampler_name"], values["scheduler"])
-        assert recipe == (steps, cfg, "euler", "simple"), f"KSampler {sampler['id']}"
+        assert recipe == (example.steps, example.cfg, example.sampler, example.scheduler), f"KSampler {sampler['id']}"
     for loader in nodes_of(workflow, "CLIPLoader"):
-        assert widget_values(loader, object_info["CLIPLoader"])["type"][0] == "krea2"
-    (cache,) = nodes_of(workflow, "Krea2CacheDiT")
-    cache_info = object_info["Krea2CacheDiT"]
+        assert widget_values(loader, object_info["CLIPLoader"])["type"][0] == example.clip_type
+    assert [n["type"] for n in workflow["nodes"] if n["type"] in CACHE_NODES] == [example.cache_node]
+    (cache,) = nodes_of(workflow, example.cache_node)
+    cache_info = object_info[example.cache_node]
     values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
     defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
     assert values == defaults
     # The cache node sits between the model loader and one sampler.
     prompt = to_api_prompt(workflow, object_info)
     cached = [s for s in samplers if prompt[str(s["id"])]["inputs"]["model"][0] == str(cache["id"])]
-    assert len(cached) == 1, "exactly one KSampler samples through the Krea2CacheDiT node"
-    loader = prompt[prompt[str(cache["id"])]["inputs"]["model"][0]]["class_type"]
-    assert loader == ("Krea2DiffusersLoader" if "diffusers" in path.name else "UNETLoader")
+    assert len(cached) == 1, "exactly one KSampler samples through the Cache-DiT node"
+    upstream = prompt[str(cache["id"])]["inputs"]["model"][0]
+    while prompt[upstream]["class_type"] == "ModelSamplingAuraFlow":  # Z-Image's shift sits before the cache
+        upstream = prompt[upstream]["inputs"]["model"][0]
+    assert prompt[upstream]["class_type"] == example.loader
 
 
 @pytest.mark.parametrize("path", COMPARE_EXAMPLES, ids=lambda p: p.stem)
@@ -165,7 +192,7 @@ def test_compare_example_differs_only_by_the_cache_node(path, object_info):
     """Two samplers, one through Cache-DiT: same model, conds, latent, seed and VAE, then compared."""
     prompt = to_api_prompt(load(path), object_info)
     samplers = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] == "KSampler"}
-    cache_id = next(n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT")
+    cache_id = next(n for n, node in prompt.items() if node["class_type"] in CACHE_NODES)
     (cached,) = [n for n, inputs in samplers.items() if inputs["model"][0] == cache_id]
     (uncached,) = [n for n in samplers if n != cached]
     assert samplers[uncached]["model"] == prompt[cache_id]["inputs"]["model"], "the uncached sampler skips the node"
@@ -203,16 +230,25 @@ def check_compare_outputs(server, prompt: dict, entry: dict, compare_id: str, sa
     return metrics
 
 
+def stand_in(example: Example, request) -> tuple:
+    """(server, tiny model, conditioning width) that an example runs on here."""
+    if example.stand_in == "krea2":
+        return request.getfixturevalue("comfy_server"), TINY_MODEL, request.getfixturevalue("tiny_shape").context_features
+    spec = FAMILIES[example.stand_in]
+    return request.getfixturevalue("family_server"), spec.model, spec.context_features
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-def test_example_runs_on_cpu(path, comfy_server, object_info, tiny_vae, tiny_shape):
-    steps, cfg, family = EXPECTED[path.name]
-    prompt = example_prompt(load(path), object_info, vae_name=tiny_vae,
-                            context_features=tiny_shape.context_features, prefix=f"examples/{path.stem}")
-    _, entry, run = run_example(comfy_server, prompt)
+def test_example_runs_on_cpu(path, comfy_root, object_info, request):
+    example = EXPECTED[path.name]
+    server, model, context_features = stand_in(example, request)
+    prompt = example_prompt(load(path), object_info, vae_name=write_tiny_vae(comfy_root, server.base_dir, example.vae),
+                            model=model, context_features=context_features, prefix=f"examples/{path.stem}")
+    _, entry, run = run_example(server, prompt)
     summary = (run["status"], run["steps"], run["cfg"], run["settings"], run["model"])
-    assert summary == ("ok", steps, cfg, CACHE_DEFAULTS, family)
-    saved = saved_images(comfy_server, prompt, entry)
-    compared = [check_compare_outputs(comfy_server, prompt, entry, compare_id, saved)
+    assert summary == ("ok", example.steps, example.cfg, CACHE_DEFAULTS, example.family)
+    saved = saved_images(server, prompt, entry)
+    compared = [check_compare_outputs(server, prompt, entry, compare_id, saved)
                 for compare_id in [n for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"]]
     if run["cached_steps"]:  # served from the cache: the cached image cannot equal the uncached one
         assert all(metrics["mae_255"] > 0 for metrics in compared), (run["cached_steps"], compared)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 from comfy_harness import ComfyServer, comfyui_python, free_port, stop_process
-from example_stand_ins import TINY_VAE, example_prompt, run_example, write_tiny_vae
+from example_stand_ins import TINY_VAES, example_prompt, run_example, write_tiny_vae
 from krea2_prompts import TINY_MODEL
 
 pytestmark = pytest.mark.comfyui
@@ -292,7 +292,7 @@ def test_turbo_template_runs(manager_server, tiny_shape):
     # The template as the editor's template browser serves it from the installed pack.
     assert TURBO.removesuffix(".json") in manager_server.get("/workflow_templates").get(REPO_NAME, [])
     workflow = manager_server.get(f"/api/workflow_templates/{REPO_NAME}/{TURBO}")
-    prompt = example_prompt(workflow, manager_server.get("/object_info"), vae_name=TINY_VAE,
+    prompt = example_prompt(workflow, manager_server.get("/object_info"), vae_name=TINY_VAES["wan21"][0],
                             context_features=tiny_shape.context_features, prefix="manager/turbo")
     prompt_id, _, run = run_example(manager_server, prompt)
     assert run["prompt_id"] == prompt_id
