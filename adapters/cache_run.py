@@ -147,6 +147,7 @@ class CacheRun:
         self._context_starts: list[int] = []
         self._tracing: tuple[StreamTrace, int] | None = None
         self._fn_input: torch.Tensor | None = None
+        self._hidden_output = target.family.hidden_output_index
         self.foreign_serves = ForeignServeWatch()
         # The family's text path, computed once per batch of conds (None: the family has none).
         text_path = target.family.text_path
@@ -336,7 +337,7 @@ class CacheRun:
         if self._tell_block_index is not None:
             self._tell_block_index(index, self.num_blocks, kwargs)
         if self._tracing is not None:
-            if index == 0:
+            if index == 0:  # every forward pattern takes the hidden (image) stream first
                 self._fn_input = args[0] if args else kwargs.get("hidden_states")
             elif index == self._first_middle_block:
                 trace, step = self._tracing
@@ -347,7 +348,7 @@ class CacheRun:
     def _after_fn_blocks(self, module, args, output):
         if self._tracing is None or self._fn_input is None:
             return None
-        hidden = output if torch.is_tensor(output) else output[0]
+        hidden = output if torch.is_tensor(output) else output[self._hidden_output]
         trace, step = self._tracing
         trace.observe(step, hidden - self._fn_input)
         self._fn_input = None

@@ -40,6 +40,17 @@ class TransformerFamily:
     # The modules (first, second) that turn the conditioning into text tokens on every call,
     # reused within a run when the host vouches that the conditioning is the same (``text_path``).
     text_path: tuple[str, str] | None = None
+    # Whether the model's block loop adds a ControlNet's residuals (the ``control`` argument of the
+    # model call) after each block by index: a call carrying them is computed in full, as above.
+    loop_control: bool = False
+
+    @property
+    def hidden_output_index(self) -> int:
+        """Where a block's output tuple holds the image (hidden) stream, as the forward pattern says:
+        Pattern_1 blocks return (encoder, hidden). The Fn residual is measured on that stream."""
+        import cache_dit
+
+        return getattr(cache_dit.ForwardPattern, self.forward_pattern).Out.index("hidden_states")
 
 
 SUPPORTED: tuple[TransformerFamily, ...] = (
@@ -86,6 +97,22 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         match_subclasses=False,
         model="Z-Image",
         loop_patches=("patches.double_block",),
+    ),
+    # Qwen-Image (and its Edit models, whose reference latents join the image tokens before the
+    # stack): blocks take (hidden_states=image, encoder_hidden_states=text, ...) and return
+    # (text, image), cache-dit's Pattern_1 as in its own Qwen-Image adapter. The loop applies
+    # ``double_block`` patches, ``dit`` block replacements and ControlNet residuals by block index.
+    TransformerFamily(
+        name="Qwen-Image (ComfyUI native)",
+        class_path="comfy.ldm.qwen_image.model.QwenImageTransformer2DModel",
+        blocks_attr="transformer_blocks",
+        forward_pattern="Pattern_1",
+        check_forward_pattern=True,
+        block_options_kwarg="transformer_options",
+        match_subclasses=False,
+        model="Qwen-Image",
+        loop_patches=("patches.double_block", "patches_replace.dit"),
+        loop_control=True,
     ),
 )
 
@@ -134,6 +161,15 @@ def loop_patches_in(family: TransformerFamily, transformer_options: dict) -> lis
         group, name = path.split(".", 1)
         if (transformer_options.get(group) or {}).get(name):
             found.append(path)
+    return found
+
+
+def loop_injections_in(family: TransformerFamily, transformer_options: dict, call_kwargs: dict) -> list[str]:
+    """What of a call ``family``'s own block loop applies by block index: its loop patches, and a
+    ControlNet's ``control`` where the loop adds it per block."""
+    found = loop_patches_in(family, transformer_options)
+    if family.loop_control and call_kwargs.get("control") is not None:
+        found.append("control")
     return found
 
 

@@ -21,7 +21,7 @@ import comfy.patcher_extension
 
 from ..adapters.cache_run import CacheRun
 from ..adapters.multi_device import DeviceRun, MultiDeviceRun
-from ..adapters.registry import ResolvedTransformer, loop_patches_in, resolve
+from ..adapters.registry import ResolvedTransformer, loop_injections_in, resolve
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.step_clock import StepClock, churned_start_sigmas
@@ -246,9 +246,9 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     if options.get("sigmas") is None or not args or not torch.is_tensor(args[0]):
         with run.uncached():  # a caller outside a sampler step: nothing to cache against
             return executor(*args, **kwargs)
-    patched = loop_patches_in(run.target.family, options)
+    patched = loop_injections_in(run.target.family, options, kwargs)
     if patched:  # the model's loop applies them by block index: only its own loop can
-        run.warn_once(f"Calls with {' and '.join(patched)} patches (e.g. a ControlNet patch) were computed in "
+        run.warn_once(f"Calls with {' and '.join(patched)} patches (e.g. a ControlNet's) were computed in "
                       f"full: the model applies them between blocks, which the cache skips.")
         with run.uncached():
             return executor(*args, **kwargs)

@@ -57,6 +57,12 @@ if family.startswith("wan"):
     else:
         model, expected = WanModel(model_type="t2v", **shape), "WAN21_T2V"
     dtype = torch.float32
+elif family == "qwen_image":
+    from comfy.ldm.qwen_image.model import QwenImageTransformer2DModel
+    # ComfyUI 0.33 reads only the block count and input width from the shapes: the rest (24 heads of
+    # 128, text width 3584) is fixed, so the model is shallow (2 blocks), not narrow.
+    model = QwenImageTransformer2DModel(num_layers=2, device="meta", operations=comfy.ops.disable_weight_init)
+    expected, dtype = "QwenImage", torch.bfloat16
 else:
     from comfy.ldm.lumina.model import NextDiT
     # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks): shallow instead.
@@ -76,7 +82,7 @@ for name, tensor in model.state_dict().items():
     else:
         fan_in = max(1, int(torch.tensor(shape[1:]).prod())) if len(shape) > 1 else shape[-1]
         value = torch.randn(shape, generator=generator) / fan_in ** 0.5
-    if family == "zimage" and "adaLN_modulation" in name:
+    if (family == "zimage" and "adaLN_modulation" in name) or (family == "qwen_image" and "_mod.1." in name):
         # As in trained weights, the step modulates the blocks around a fixed gate (tanh(1)), not
         # from zero: otherwise each step's residual changes by more than itself (diff > 1), where
         # cache-dit's threshold cannot decide (a threshold of 1 or more caches every step).
@@ -90,12 +96,13 @@ print(json.dumps({"class": type(config).__name__, "unet_config": {k: str(v) for 
 
 # The families the cache node supports besides Krea-2, by the file their test checkpoint gets.
 FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.safetensors",
-                 "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors"}
+                 "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors",
+                 "qwen_image": "qwen_image_shallow.safetensors"}
 
 
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
-    Z-Image (2 blocks, 2.1 GB in bf16)."""
+    Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
                    check=True, capture_output=True, timeout=900)
     return path

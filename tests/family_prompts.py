@@ -1,7 +1,8 @@
 """API-format prompts for the tiny generated models of the other families (tests/comfy_models.py).
 
 The same graph as ``krea2_prompt`` (same node ids), with each family's own conditioning width
-and latent: Wan samples 5D video latents, Z-Image 16-channel image latents.
+and latent: Wan samples 5D video latents, Z-Image and Qwen-Image 16-channel image latents
+(Qwen-Image's conditioning is 3584 wide, its text encoder's width, fixed in ComfyUI's model).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ FAMILIES = {
     "wan": FamilySpec(FAMILY_MODELS["wan"], "Wan 2.1/2.2 (ComfyUI native)", 4, 4096, {
         "class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": 64, "height": 64, "length": 5, "batch_size": 1}}),
     "zimage": FamilySpec(FAMILY_MODELS["zimage"], "Z-Image / Lumina 2 (ComfyUI native)", 2, 64, {
+        "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}}),
+    "qwen_image": FamilySpec(FAMILY_MODELS["qwen_image"], "Qwen-Image (ComfyUI native)", 2, 3584, {
         "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}}),
 }
 

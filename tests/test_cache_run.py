@@ -414,3 +414,46 @@ def test_a_call_sigma_stays_on_its_device_until_the_record(transformer):
         run.calls[:] = [dataclasses.replace(call, sigma=sigma.reshape(1)) for call, sigma in zip(run.calls, SIGMAS)]
     assert record_of(run).cached_steps == FAST_MASK_CACHED
     assert [c[4] for c in record_of(run).call_log] == [round(float(s), 6) for s in SIGMAS[:STEPS]]
+
+
+def test_the_fn_residual_of_a_two_stream_block_is_its_image_tokens():
+    """Qwen-Image's blocks return (text, image), cache-dit's Pattern_1: the residual the run measures
+    (and its diagnostics replay) is the first block's change of the *image* tokens, as cache-dit's own.
+    Text and image have the same token count and width here, so measuring the text stream would not
+    fail on shapes: it would give other values."""
+    from diffusers import QwenImageTransformer2DModel
+
+    torch.manual_seed(0)
+    model = QwenImageTransformer2DModel(patch_size=2, in_channels=8, out_channels=2, num_layers=3,
+                                        attention_head_dim=8, num_attention_heads=2, joint_attention_dim=16,
+                                        axes_dims_rope=(2, 2, 4)).eval()
+    comfy_family = next(f for f in registry.SUPPORTED if f.model == "Qwen-Image")
+    # The same pattern on diffusers' class (the core tier has no ComfyUI), whose blocks take no options.
+    family = dataclasses.replace(comfy_family, class_path=f"{QwenImageTransformer2DModel.__module__}."
+                                 f"QwenImageTransformer2DModel", block_options_kwarg=None)
+    image_changes = []  # the first block's change of the image tokens, seen by the test's own hook
+
+    def on_first_block(module, args, kwargs, output):
+        image_in = args[0] if args else kwargs["hidden_states"]
+        image_changes.append((output[1] - image_in).reshape(-1).float())
+
+    hook = model.transformer_blocks[0].register_forward_hook(on_first_block, with_kwargs=True)
+    generator = torch.Generator().manual_seed(5)
+    x, text = torch.randn(1, 16, 8, generator=generator), torch.randn(1, 16, 16, generator=generator)
+    clock = StepClock(SIGMAS)
+    target = registry.ResolvedTransformer(family, model)
+    off = CacheSettings(residual_diff_threshold=0.0, steps_mask="none")
+    try:
+        with torch.no_grad(), CacheRun(target, plan_run(off, clock.steps, target.num_blocks), clock, 1) as run:
+            for i in range(STEPS):
+                with run.model_call(SIGMAS[i], [COND], [x.shape, text.shape]):
+                    out = model(hidden_states=x, encoder_hidden_states=text,
+                                encoder_hidden_states_mask=torch.ones(1, 16), timestep=SIGMAS[i:i + 1],
+                                img_shapes=[(1, 4, 4)]).sample
+                x = x + (SIGMAS[i + 1] - SIGMAS[i]) * out
+    finally:
+        hook.remove()
+    [(trace, _)] = run.stream_traces()
+    assert len(image_changes) == STEPS and sorted(trace.samples) == list(range(STEPS))
+    for step, change in enumerate(image_changes):
+        torch.testing.assert_close(trace.samples[step], change, rtol=0, atol=0, msg=f"step {step}")

@@ -1,4 +1,5 @@
-"""The Cache-DiT DBCache node on the other families, in the real ComfyUI server: Wan 2.1/2.2 and Z-Image.
+"""The Cache-DiT DBCache node on the other families, in the real ComfyUI server: Wan 2.1/2.2, Z-Image
+and Qwen-Image.
 
 Tiny seeded-random checkpoints in each family's native format (tests/comfy_models.py) that
 ComfyUI's UNETLoader detects as that model; the same graph as the Krea-2 tests with each
@@ -23,8 +24,8 @@ FAST = {"steps_mask": "fast"}
 FAST_8_CACHED = [3, 5, 6]
 OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
 family_ids = pytest.mark.parametrize("family", list(FAMILIES))
-# Z-Image is detected only at full width: one of its runs takes 40-60 s on 2 CPU cores, so the
-# checks that add little for it (they exercise the family-independent path) run on Wan alone.
+# Z-Image and Qwen-Image are detected only at full width: one of their runs takes 15-60 s on 2 CPU
+# cores, so the checks that add little for them (the family-independent path) run on Wan alone.
 wan_only = pytest.mark.parametrize("family", ["wan"])
 
 
@@ -73,8 +74,8 @@ def test_cfg_split_by_conditioning_shape_uses_separate_cfg(family_server, family
 
 
 @pytest.mark.parametrize("family, cfg, neg_tokens", [
-    ("wan", 1.0, 8), ("wan", 3.5, 8), ("wan", 3.5, 13), ("zimage", 3.5, 13)],
-    ids=["wan-cfg1", "wan-batched", "wan-split", "zimage-split"])
+    ("wan", 1.0, 8), ("wan", 3.5, 8), ("wan", 3.5, 13), ("zimage", 3.5, 13), ("qwen_image", 3.5, 13)],
+    ids=["wan-cfg1", "wan-batched", "wan-split", "zimage-split", "qwen_image-split"])
 def test_exact_when_caching_is_off(family_server, family, cfg, neg_tokens):
     plain = run_ok(family_server, family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=3, prefix="plain"))
     entry, [stats] = family_server.run_with_stats(
@@ -197,6 +198,43 @@ def test_calls_with_a_patch_the_block_loop_applies_are_computed_in_full(family_s
     assert any("patches.double_block" in w and "computed in full" in w for w in stats["warnings"]), stats["warnings"]
 
 
+def test_qwen_image_controlnet_control_is_computed_in_full(family_server):
+    """A ControlNet's ``control`` (an argument of the model call, not a patch) is added by Qwen-Image's
+    own block loop after a chosen block: such calls run in full, exactly as without the node."""
+    def with_control(prompt):
+        prompt["21"] = {"class_type": "Krea2TestBlockControl", "inputs": {
+            "conditioning": ["2", 0], "features": 3072, "block": 1, "scale": 0.5}}
+        prompt["6"]["inputs"]["positive"] = ["21", 0]
+        return prompt
+
+    plain = run_ok(family_server, with_control(family_prompt("qwen_image", seed=42, prefix="controlled")))
+    entry, [stats] = family_server.run_with_stats(with_control(family_prompt("qwen_image", seed=42, cache=FAST)))
+    assert torch.equal(family_server.saved_latent(entry, "7"), family_server.saved_latent(plain, "7"))
+    assert stats["cached_steps"] == [] and stats["calls"] == 0
+    assert any("control" in w and "computed in full" in w for w in stats["warnings"]), stats["warnings"]
+
+
+def test_qwen_image_edit_reference_latents_join_the_cached_stack(family_server):
+    """Qwen-Image Edit: a reference latent's tokens join the image tokens before the blocks, so the
+    cache runs on the longer sequence: the mask's steps are cached, and off is exactly no node."""
+    def with_reference(prompt):
+        prompt["21"] = {"class_type": "Krea2TestLatent", "inputs": {"seed": 5, "width": 64, "height": 64}}
+        for cond, node in (("2", "22"), ("3", "23")):
+            prompt[node] = {"class_type": "ReferenceLatent", "inputs": {"conditioning": [cond, 0],
+                                                                        "latent": ["21", 0]}}
+        prompt["6"]["inputs"].update(positive=["22", 0], negative=["23", 0])
+        return prompt
+
+    plain = run_ok(family_server, with_reference(family_prompt("qwen_image", seed=43, prefix="edit")))
+    off, [off_stats] = family_server.run_with_stats(with_reference(
+        family_prompt("qwen_image", seed=43, cache=OFF, prefix="edit_off")))
+    assert torch.equal(family_server.saved_latent(off, "7"), family_server.saved_latent(plain, "7"))
+    assert off_stats["cached_steps"] == [] and off_stats["calls"] == 8
+    _, [stats] = family_server.run_with_stats(with_reference(family_prompt("qwen_image", seed=43, cache=FAST)))
+    check_record(stats, "qwen_image")
+    assert stats["cached_steps"] == FAST_8_CACHED and stats["calls"] == 8
+
+
 def test_wan_2_2_high_and_low_noise_models_are_two_runs(family_server):
     """Wan 2.2 A14B: the high-noise model samples the first steps, the low-noise one the rest, each
     with its own node: two runs, each on its own model and its own steps."""
@@ -228,7 +266,8 @@ def test_a_subclass_that_injects_by_block_index_is_refused_naming_what_is_suppor
     entry = family_server.run(family_prompt("wan", model=FAMILY_MODELS["wan_vace"], cache=FAST))
     error = prompt_error(entry)
     assert error.startswith("TypeError: Cache-DiT DBCache got a VaceWanModel model"), error
-    for name in ("Krea-2 (ComfyUI native)", "Wan 2.1/2.2 (ComfyUI native) [WanModel]", "Z-Image"):
+    for name in ("Krea-2 (ComfyUI native)", "Wan 2.1/2.2 (ComfyUI native) [WanModel]", "Z-Image",
+                 "Qwen-Image (ComfyUI native) [QwenImageTransformer2DModel]"):
         assert name in error, error
 
 

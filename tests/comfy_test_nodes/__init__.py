@@ -15,6 +15,8 @@
   count of every attention call, for families whose blocks call no attention patches;
 - ``Krea2TestDoubleBlockPatch``: a ``double_block`` patch (as ControlNet patches for Z-Image and
   Wan set it) that scales one block's output inside the model's own block loop;
+- ``Krea2TestBlockControl``: a network-free ControlNet on a conditioning whose ``control`` residual
+  the model's own block loop adds after one block (as Qwen-Image's loop adds a ControlNet's);
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
   them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
   Cache-DiT node does not know;
@@ -225,11 +227,43 @@ class Krea2TestDoubleBlockPatch:
 
     def patch(self, model, block, scale):
         def after_block(args):
-            return {"img": args["img"] * scale if args["block_index"] == block else args["img"]}
+            # Everything else passed through: Qwen-Image's loop also reads back the text stream ("txt").
+            return {**args, "img": args["img"] * scale if args["block_index"] == block else args["img"]}
 
         patched = model.clone()
         patched.set_model_double_block_patch(after_block)
         return (patched,)
+
+
+class Krea2TestBlockControl:
+    """A ControlNet without a network, as ComfyUI's ControlNet apply nodes attach one to a conditioning:
+    on every call its ``control`` holds one residual (a constant, ``scale``) for block ``block``'s output
+    in the ``input`` list, which Qwen-Image's own block loop adds after that block, by index.
+    ``features`` is the model's token width; the image tokens are the latent's 2x2 patches."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "apply"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"conditioning": ("CONDITIONING",),
+                             "features": ("INT", {"default": 3072, "min": 1, "max": 1 << 16}),
+                             "block": ("INT", {"default": 1, "min": 0, "max": 1000}),
+                             "scale": ("FLOAT", {"default": 0.5, "min": -10.0, "max": 10.0, "step": 0.01})}}
+
+    def apply(self, conditioning, features, block, scale):
+        import comfy.controlnet
+
+        class BlockControl(comfy.controlnet.ControlBase):
+            def get_control(self, x_noisy, t, cond, batched_number, transformer_options):
+                tokens = ((x_noisy.shape[-2] + 1) // 2) * ((x_noisy.shape[-1] + 1) // 2)
+                residual = torch.full((x_noisy.shape[0], tokens, features), scale, dtype=x_noisy.dtype,
+                                      device=x_noisy.device)
+                return {"input": [None] * block + [residual], "middle": [], "output": []}
+
+        return ([[context, {**options, "control": BlockControl(), "control_apply_to_uncond": True}]
+                 for context, options in conditioning],)
 
 
 class Krea2TestSampler:
@@ -363,6 +397,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
                        "Krea2TestAttentionOverrideProbe": Krea2TestAttentionOverrideProbe,
                        "Krea2TestDoubleBlockPatch": Krea2TestDoubleBlockPatch,
+                       "Krea2TestBlockControl": Krea2TestBlockControl,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
