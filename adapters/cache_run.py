@@ -145,9 +145,13 @@ class CacheRun:
         self._wrappers: list[torch.nn.Module] = []   # cache-dit's wrapper of each list (several lists only)
         self.warnings: list[str] = []   # the run's own; the plan's are the plan's
         # Per list, the first block only a computed call runs (a cached one skips to the Bn blocks), if any.
-        middle = plan.settings.Fn_compute_blocks
-        self._first_middle_block = [middle if middle < size - plan.settings.Bn_compute_blocks else None
-                                    for size in self._sizes]
+        middle, last = plan.settings.Fn_compute_blocks, plan.settings.Bn_compute_blocks
+        self._first_middle_block = [middle if middle < size - last else None for size in self._sizes]
+        # Per list, the blocks whose input cache-dit keeps (the Fn, Mn and Bn blocks' first): blocks that
+        # add into their input in place get a copy there on calls cache-dit serves.
+        self._copy_input_at = [{0, middle, size - last} if blocks.adds_in_place else set()
+                               for blocks, size in zip(self._lists, self._sizes)]
+        self._serving = False
         # Diagnostics: one trace per (context, stream, list), fed by the block hooks while a call runs.
         self._traces: dict[tuple[int, StreamKey, int], StreamTrace] = {}
         self._context_starts: list[int] = []
@@ -267,6 +271,7 @@ class CacheRun:
         traces = self._traces_for(key) if served else None
         self._blocks_counted = [0] * len(self._lists)
         self._tracing, self._fn_input = ((traces, step) if traces else None), [None] * len(self._lists)
+        self._serving = served
         timer = CallTimer(device)
         text_call = self.text_path.call(*text) if self.text_path is not None and text else contextlib.nullcontext()
         try:
@@ -274,6 +279,7 @@ class CacheRun:
                 yield served
         finally:
             self._tracing, self._fn_input = None, [None] * len(self._lists)
+            self._serving = False
         timer.stop()
         # A list is cached only when cache-dit served the call: it always runs the first Fn blocks itself.
         skipped = tuple(served and 0 < ran < size for ran, size in zip(self._blocks_counted, self._sizes))
@@ -398,6 +404,9 @@ class CacheRun:
             elif index == self._first_middle_block[position]:
                 traces, step = self._tracing
                 traces[position].computing(step)  # known to compute: drop the old reference before the middle blocks
+        if self._serving and index in self._copy_input_at[position]:
+            count = self._lists[position].hidden_args
+            return (*(a.clone() if torch.is_tensor(a) else a for a in args[:count]), *args[count:]), kwargs
         return None
 
     @torch.compiler.disable

@@ -27,6 +27,15 @@ class BlockList:
     # Keywords the model's loop passes the hidden states as, in the order cache-dit's wrapper takes
     # them positionally (its forward is ``(hidden_states, encoder_hidden_states, *args, **kwargs)``).
     hidden_kwargs: tuple[str, ...] = ()
+    # Whether the blocks add into their hidden-state inputs in place (Flux's ``img += ...``). cache-dit
+    # keeps a list's input, and its middle blocks' input, to subtract as residuals: such blocks must
+    # get a copy there, or every residual it keeps is zero.
+    adds_in_place: bool = False
+
+    @property
+    def hidden_args(self) -> int:
+        """How many leading positional arguments cache-dit passes a block as hidden states."""
+        return 1 if self.forward_pattern in ("Pattern_3", "Pattern_4", "Pattern_5") else 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +126,9 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
     TransformerFamily(
         name="Flux.1 / Flux.2 (ComfyUI native)",
         class_path="comfy.ldm.flux.model.Flux",
-        blocks_attr=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt")),
-                     BlockList("single_blocks", "Pattern_3", block_type="single")),
+        blocks_attr=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
+                               adds_in_place=True),
+                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True)),
         forward_pattern="",
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",

@@ -1,6 +1,7 @@
 """Test-only ComfyUI nodes (and measurement routes), loaded only by the test and benchmark servers.
 
-- ``Krea2TestConditioning``: seeded-random conditioning in place of the Krea-2 text encoder;
+- ``Krea2TestConditioning``: seeded-random conditioning in place of the Krea-2 text encoder (with a
+  pooled vector too, for Flux.1, when ``pooled_features`` is set);
 - ``Krea2TestLatent``: a seeded-random 16-channel latent (Krea-2's Wan 2.1 latent space), e.g. as
   an edit reference without a VAE;
 - ``Krea2TestCompileBlocks``: torch.compile per transformer block, the way advanced compile nodes
@@ -15,6 +16,8 @@
   count of every attention call, for families whose blocks call no attention patches;
 - ``Krea2TestDoubleBlockPatch``: a ``double_block`` patch (as ControlNet patches for Z-Image and
   Wan set it) that scales one block's output inside the model's own block loop;
+- ``Krea2TestBlockReplace``: a ``patches_replace["dit"]`` entry for one Flux block (as PuLID-style
+  nodes set it) that scales that block's output;
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
   them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
   Cache-DiT node does not know;
@@ -60,12 +63,16 @@ class Krea2TestConditioning:
             "features": ("INT", {"default": 120, "min": 1, "max": 1 << 20}),
         }, "optional": {
             "nonce": ("INT", {"default": 0, "min": 0, "max": 2**62}),
+            "pooled_features": ("INT", {"default": 0, "min": 0, "max": 1 << 16}),
         }}
 
-    def make(self, seed, tokens, features, nonce=0):
+    def make(self, seed, tokens, features, nonce=0, pooled_features=0):
         generator = torch.Generator().manual_seed(seed)
         context = torch.randn((1, tokens, features), generator=generator)
-        return ([[context, {}]],)
+        extra = {}
+        if pooled_features:  # Flux.1's CLIP-L pooled vector (its ``y``)
+            extra["pooled_output"] = torch.randn((1, pooled_features), generator=generator)
+        return ([[context, extra]],)
 
 
 class Krea2TestLatent:
@@ -202,6 +209,7 @@ class Krea2TestAttentionOverrideProbe:
             with open(log_path, "a") as log:
                 log.write(json.dumps({"block_index": options.get("block_index"),
                                       "total_blocks": options.get("total_blocks"),
+                                      "block_type": options.get("block_type"),
                                       "sigma": float(options["sigmas"].flatten()[0])}) + "\n")
             return attention(*args, transformer_options=transformer_options, **kwargs)
 
@@ -229,6 +237,30 @@ class Krea2TestDoubleBlockPatch:
 
         patched = model.clone()
         patched.set_model_double_block_patch(after_block)
+        return (patched,)
+
+
+class Krea2TestBlockReplace:
+    """Replaces one Flux block through ``patches_replace["dit"]``: the model's loop calls the patch
+    instead of that block (by kind and index); it runs the original block and scales its image output."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "kind": (["double_block", "single_block"],),
+                             "block": ("INT", {"default": 1, "min": 0, "max": 1000}),
+                             "scale": ("FLOAT", {"default": 0.5, "min": 0.0, "max": 10.0, "step": 0.01})}}
+
+    def patch(self, model, kind, block, scale):
+        def replace(args, extra):
+            out = extra["original_block"](args)
+            return {**out, "img": out["img"] * scale}
+
+        patched = model.clone()
+        patched.set_model_patch_replace(replace, "dit", kind, block)
         return (patched,)
 
 
@@ -363,6 +395,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
                        "Krea2TestAttentionOverrideProbe": Krea2TestAttentionOverrideProbe,
                        "Krea2TestDoubleBlockPatch": Krea2TestDoubleBlockPatch,
+                       "Krea2TestBlockReplace": Krea2TestBlockReplace,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
