@@ -18,6 +18,9 @@
   Wan set it) that scales one block's output inside the model's own block loop;
 - ``Krea2TestBlockReplace``: a ``patches_replace["dit"]`` entry for one Flux block (as PuLID-style
   nodes set it) that scales that block's output;
+- ``Krea2TestControl``: a ControlNet stand-in on a conditioning: every call with that cond gets a
+  ``control`` whose ``input`` adds a constant after one Flux double block (what a Flux ControlNet's
+  outputs do in the model's loop), without a ControlNet model;
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
   them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
   Cache-DiT node does not know;
@@ -264,6 +267,32 @@ class Krea2TestBlockReplace:
         return (patched,)
 
 
+class Krea2TestControl:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "apply"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"conditioning": ("CONDITIONING",),
+                             "block": ("INT", {"default": 1, "min": 0, "max": 1000}),
+                             "features": ("INT", {"default": 128, "min": 1, "max": 1 << 16}),
+                             "value": ("FLOAT", {"default": 0.5, "min": -10.0, "max": 10.0, "step": 0.01})}}
+
+    def apply(self, conditioning, block, features, value):
+        import comfy.controlnet
+
+        class AddAfterBlock(comfy.controlnet.ControlBase):
+            def get_control(self, x_noisy, t, cond, batched_number, transformer_options):
+                add = torch.full((x_noisy.shape[0], 1, features), value, dtype=x_noisy.dtype, device=x_noisy.device)
+                return {"input": [None] * block + [add], "output": []}
+
+            def copy(self):
+                return AddAfterBlock()
+
+        return ([[context, {**extra, "control": AddAfterBlock()}] for context, extra in conditioning],)
+
+
 class Krea2TestSampler:
     CATEGORY = "Krea-2/testing"
     RETURN_TYPES = ("SAMPLER",)
@@ -395,7 +424,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
                        "Krea2TestAttentionOverrideProbe": Krea2TestAttentionOverrideProbe,
                        "Krea2TestDoubleBlockPatch": Krea2TestDoubleBlockPatch,
-                       "Krea2TestBlockReplace": Krea2TestBlockReplace,
+                       "Krea2TestBlockReplace": Krea2TestBlockReplace, "Krea2TestControl": Krea2TestControl,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
