@@ -109,7 +109,7 @@ class Krea2CacheDiT(io.ComfyNode):
 
 
 class CacheDiTDBCache(Krea2CacheDiT):
-    """The same node for every supported family (Krea-2, Wan 2.1/2.2, Z-Image)."""
+    """The same node for every supported family (Krea-2, Wan 2.1/2.2, Z-Image, Flux.1 / Flux.2)."""
 
     SCOPE: NodeScope = ANY_SCOPE
 
