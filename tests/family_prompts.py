@@ -20,7 +20,8 @@ class FamilySpec:
     blocks: int             # blocks in the cached stack (over all its lists)
     context_features: int   # the text context width the model's text embedding takes
     latent: dict            # the node that makes the empty latent ("4")
-    # (block_type, blocks) of each block list in loop order; block_type as the model's loop reports it.
+    # (block_type, blocks) of each block list in loop order, block_type as the model's loop reports it
+    # (Wan's and Z-Image's loops call their one list "double"); empty: one "double" list of ``blocks``.
     lists: tuple[tuple[str | None, int], ...] = ()
     pooled_features: int = 0   # the pooled vector's width (Flux.1's y); 0: none
     # A negative prompt this many tokens long cannot batch with the 8-token positive (Flux.2 pads
@@ -29,7 +30,7 @@ class FamilySpec:
 
     @property
     def block_lists(self) -> tuple[tuple[str | None, int], ...]:
-        return self.lists or ((None, self.blocks),)
+        return self.lists or (("double", self.blocks),)
 
 
 FLUX = "Flux.1 / Flux.2 (ComfyUI native)"

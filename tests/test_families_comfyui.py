@@ -141,7 +141,7 @@ def with_probe(prompt: dict, log_path) -> dict:
 
 def blocks_seen(log_path) -> list[list[tuple[int, int]]]:
     """Per model call (a new sigma), the (block_type, block_index, total_blocks) of each block's attention,
-    in order (block_type None where the model has one block list)."""
+    in order."""
     calls: list[list] = []
     last_sigma = None
     for line in log_path.read_text().splitlines():
