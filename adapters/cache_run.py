@@ -40,8 +40,9 @@ from .settings import RunPlan
 from .step_clock import StepClock
 from .text_path import TextPathReuse
 
-# Told each block's true place before it runs: (index, total blocks, the block's keyword arguments).
-BlockIndexTeller = Callable[[int, int, dict], None]
+# Told each block's true place before it runs: (index, blocks in its list, the block's keyword
+# arguments, the list's block type or None).
+BlockIndexTeller = Callable[[int, int, dict, "str | None"], None]
 
 logger = logging.getLogger(__name__)
 
@@ -132,22 +133,30 @@ class CacheRun:
         self.calls: list[Call] = []
         self.observation: RunObservation | None = None
         self._single_stream_seen = self.conds_per_step < 2
-        # Read once: while cache-dit runs, the module's block list is its single wrapper.
-        self._original_blocks = target.blocks
-        self.num_blocks = len(self._original_blocks)
-        self._blocks_counted = 0
+        # Read once: while cache-dit runs, each block list of the module is its single wrapper.
+        # Several lists (Flux: double, then single blocks) each get their own cache-dit context.
+        self._lists = target.family.block_lists
+        self._original_lists = target.block_lists
+        self._sizes = [len(blocks) for blocks in self._original_lists]
+        self.num_blocks = sum(self._sizes)
+        self._blocks_counted = [0] * len(self._lists)   # per list, in the current call
         self._hooks: list = []
         self._adapter = None   # cache-dit's BlockAdapter while the run is on
+        self._wrappers: list[torch.nn.Module] = []   # cache-dit's wrapper of each list (several lists only)
         self.warnings: list[str] = []   # the run's own; the plan's are the plan's
-        # The first block only a computed call runs (a cached one skips to the Bn blocks), if any.
-        middle = plan.settings.Fn_compute_blocks
-        self._first_middle_block = middle if middle < self.num_blocks - plan.settings.Bn_compute_blocks else None
-        # Diagnostics: one trace per (context, stream), fed by the block hooks while a call runs.
-        self._traces: dict[tuple[int, StreamKey], StreamTrace] = {}
+        # Per list, the first block only a computed call runs (a cached one skips to the Bn blocks), if any.
+        middle, last = plan.settings.Fn_compute_blocks, plan.settings.Bn_compute_blocks
+        self._first_middle_block = [middle if middle < size - last else None for size in self._sizes]
+        # Per list, the blocks whose input cache-dit keeps (the Fn, Mn and Bn blocks' first): blocks that
+        # add into their input in place get a copy there on calls cache-dit serves.
+        self._copy_input_at = [{0, middle, size - last} if blocks.adds_in_place else set()
+                               for blocks, size in zip(self._lists, self._sizes)]
+        self._serving = False
+        # Diagnostics: one trace per (context, stream, list), fed by the block hooks while a call runs.
+        self._traces: dict[tuple[int, StreamKey, int], StreamTrace] = {}
         self._context_starts: list[int] = []
-        self._tracing: tuple[StreamTrace, int] | None = None
-        self._fn_input: torch.Tensor | None = None
-        self._hidden_output = target.family.hidden_output_index
+        self._tracing: tuple[list[StreamTrace], int] | None = None
+        self._fn_input: list[torch.Tensor | None] = [None] * len(self._lists)
         self.foreign_serves = ForeignServeWatch()
         # The family's text path, computed once per batch of conds (None: the family has none).
         text_path = target.family.text_path
@@ -159,11 +168,8 @@ class CacheRun:
 
         with quiet_cache_dit():
             # Named, not found: cache-dit otherwise scans every attribute of the model for the list.
-            adapter = cache_dit.BlockAdapter(
+            adapter = cache_dit.BlockAdapter(**self._adapter_lists(cache_dit),
                 transformer=self.target.module,
-                blocks=self._original_blocks,
-                blocks_name=self.target.family.blocks_attr,
-                forward_pattern=getattr(cache_dit.ForwardPattern, self.target.family.forward_pattern),
                 check_forward_pattern=self.target.family.check_forward_pattern,
                 has_separate_cfg=False,  # the real value goes into each context's DBCacheConfig
             )
@@ -171,12 +177,14 @@ class CacheRun:
                 # A cached module silently ignores a new config: start from the plain module.
                 cache_dit.disable_cache(self.target.module)
             try:
-                cache_dit.enable_cache(adapter, **self._cache_configs(start_step=0, separate_cfg=False))
+                with self._capturing_wrappers():
+                    cache_dit.enable_cache(adapter, **self._cache_configs(start_step=0, separate_cfg=False))
             except Exception:
                 cache_dit.disable_cache(self.target.module)  # never leave a half-patched shared module
                 raise
         self._adapter = adapter
         self._install_block_hooks()
+        self._install_wrapper_hooks()
         if self.text_path is not None:
             self.text_path.__enter__()
         return self
@@ -200,6 +208,37 @@ class CacheRun:
             self.observation = self._observe(exit_status(exc_type))
         return False
 
+    def _adapter_lists(self, cache_dit) -> dict:
+        """BlockAdapter's block arguments: one list as before, several as cache-dit's own Flux adapters."""
+        patterns = [getattr(cache_dit.ForwardPattern, blocks.forward_pattern) for blocks in self._lists]
+        if len(self._lists) == 1:
+            return {"blocks": self._original_lists[0], "blocks_name": self._lists[0].attr,
+                    "forward_pattern": patterns[0]}
+        return {"blocks": list(self._original_lists), "blocks_name": [blocks.attr for blocks in self._lists],
+                "forward_pattern": patterns}
+
+    @contextlib.contextmanager
+    def _capturing_wrappers(self):
+        """Keep the wrappers cache-dit builds around each list (it keeps them to itself): a list whose
+        blocks the model's loop calls with keywords needs a hook on its wrapper (``_install_wrapper_hooks``)."""
+        if not any(blocks.hidden_kwargs for blocks in self._lists):
+            yield
+            return
+        from unittest import mock
+
+        from cache_dit.caching.cache_adapters.cache_adapter import CachedAdapter
+
+        collect = CachedAdapter.collect_unified_blocks
+
+        def collect_and_keep(block_adapter, contexts_kwargs):
+            built = collect(block_adapter, contexts_kwargs)
+            for per_transformer in built:
+                self._wrappers.extend(wrapper for wrappers in per_transformer.values() for wrapper in wrappers)
+            return built
+
+        with mock.patch.object(CachedAdapter, "collect_unified_blocks", collect_and_keep):
+            yield
+
     @property
     def observations(self) -> list[RunObservation]:
         """This run's observation, as the one device of a run (see ``MultiDeviceRun``); none before it ended."""
@@ -209,6 +248,7 @@ class CacheRun:
         layout = self.first_layout
         return RunObservation(
             status=status, num_blocks=self.num_blocks, module_id=id(self.host), calls=tuple(self.calls),
+            block_lists=tuple(zip((b.attr for b in self._lists), self._sizes)) if len(self._lists) > 1 else (),
             cfg_mode=layout.mode if layout else None, has_separate_cfg=bool(layout and layout.separate_cfg),
             cache_contexts=self.contexts, traces=tuple(self.stream_traces()), warnings=tuple(self.warnings),
             text_path=self.text_path.counts() if self.text_path is not None else None)
@@ -228,25 +268,32 @@ class CacheRun:
         step = self.clock.step_of(sigma, key)
         # Once another cache answered a call, cache-dit's count of calls is off: route around it.
         served = not self.foreign_serves.seen and self._route(step, key)
-        trace = self._trace_for(key) if served else None
-        self._blocks_counted = 0
-        self._tracing, self._fn_input = ((trace, step) if trace else None), None
+        traces = self._traces_for(key) if served else None
+        self._blocks_counted = [0] * len(self._lists)
+        self._tracing, self._fn_input = ((traces, step) if traces else None), [None] * len(self._lists)
+        self._serving = served
         timer = CallTimer(device)
         text_call = self.text_path.call(*text) if self.text_path is not None and text else contextlib.nullcontext()
         try:
             with text_call, (contextlib.nullcontext() if served else self.uncached()):
                 yield served
         finally:
-            self._tracing, self._fn_input = None, None
+            self._tracing, self._fn_input = None, [None] * len(self._lists)
+            self._serving = False
         timer.stop()
-        # Cached only when cache-dit served it: it always runs the first Fn blocks itself.
-        cached = served and 0 < self._blocks_counted < self.num_blocks
-        if self.foreign_serves.observe(step, served, self._blocks_counted) and self.foreign_serves.calls == 1:
+        # A list is cached only when cache-dit served the call: it always runs the first Fn blocks itself.
+        skipped = tuple(served and 0 < ran < size for ran, size in zip(self._blocks_counted, self._sizes))
+        # The call is cached when every list skipped its middle blocks: a step reported cached then had
+        # every list's change below the threshold (the diagnostics' view). A call where only some lists
+        # skipped is counted per list (``list_cached``) and in ``blocks_run``, never as cached.
+        cached = all(skipped)
+        blocks_run = sum(self._blocks_counted)
+        if self.foreign_serves.observe(step, served, blocks_run) and self.foreign_serves.calls == 1:
             self.warnings.append(self.foreign_serves.warning())
-        if trace is not None:
-            trace.finish(step, cached)
-        self.calls.append(Call(step, key.branches, key, served, cached, self._blocks_counted, sigma, timer,
-                               threading.current_thread().name))
+        for trace, list_skipped in zip(traces or (), skipped):
+            trace.finish(step, list_skipped)
+        self.calls.append(Call(step, key.branches, key, served, cached, blocks_run, sigma, timer,
+                               threading.current_thread().name, skipped if len(self._lists) > 1 else ()))
 
     def warn_once(self, warning: str):
         if warning not in self.warnings:
@@ -256,18 +303,20 @@ class CacheRun:
     def uncached(self):
         """Run a call with the original blocks and forward, outside cache-dit's state.
 
-        cache-dit replaced the module's block list with its wrapper and patched ``forward`` on
-        the instance: both are swapped back for the call and restored after it.
+        cache-dit replaced each of the module's block lists with its wrapper and patched ``forward``
+        on the instance: all are swapped back for the call and restored after it.
         """
-        module, blocks_attr = self.target.module, self.target.family.blocks_attr
-        cached_blocks = getattr(module, blocks_attr)
+        module = self.target.module
+        cached_lists = [getattr(module, blocks.attr) for blocks in self._lists]
         patched_forward = module.__dict__.get("forward")
-        setattr(module, blocks_attr, self._original_blocks)
+        for blocks, original in zip(self._lists, self._original_lists):
+            setattr(module, blocks.attr, original)
         module.forward = types.MethodType(type(module).forward, module)
         try:
             yield
         finally:
-            setattr(module, blocks_attr, cached_blocks)
+            for blocks, cached in zip(self._lists, cached_lists):
+                setattr(module, blocks.attr, cached)
             if patched_forward is None:
                 del module.forward
             else:
@@ -307,11 +356,16 @@ class CacheRun:
         with quiet_cache_dit():
             cache_dit.refresh_context(self.target.module, **self._cache_configs(step, split))
 
-    def _trace_for(self, key: StreamKey) -> StreamTrace:
-        trace_key = (self.contexts, key)
-        if trace_key not in self._traces:
-            self._traces[trace_key] = StreamTrace(key.branches, self.contexts - 1, self._context_starts[-1])
-        return self._traces[trace_key]
+    def _traces_for(self, key: StreamKey) -> list[StreamTrace]:
+        """The stream's trace in the current context, one per block list (each list is its own cache context)."""
+        traces = []
+        for position, blocks in enumerate(self._lists):
+            trace_key = (self.contexts, key, position)
+            if trace_key not in self._traces:
+                self._traces[trace_key] = StreamTrace(key.branches, self.contexts - 1, self._context_starts[-1],
+                                                      blocks=blocks.attr if len(self._lists) > 1 else None)
+            traces.append(self._traces[trace_key])
+        return traces
 
     def _cache_configs(self, start_step: int, separate_cfg: bool) -> dict:
         import cache_dit
@@ -324,34 +378,46 @@ class CacheRun:
 
     # --- block hooks --------------------------------------------------------------
     def _install_block_hooks(self):
-        blocks = self._original_blocks
-        for index, block in enumerate(blocks):
-            self._hooks.append(block.register_forward_pre_hook(
-                functools.partial(self._before_block, index), with_kwargs=True))
-        last_fn = blocks[self.plan.settings.Fn_compute_blocks - 1]
-        self._hooks.append(last_fn.register_forward_hook(self._after_fn_blocks))
+        for position, blocks in enumerate(self._original_lists):
+            for index, block in enumerate(blocks):
+                self._hooks.append(block.register_forward_pre_hook(
+                    functools.partial(self._before_block, position, index), with_kwargs=True))
+            last_fn = blocks[self.plan.settings.Fn_compute_blocks - 1]
+            self._hooks.append(last_fn.register_forward_hook(functools.partial(self._after_fn_blocks, position)))
+
+    def _install_wrapper_hooks(self):
+        """cache-dit's wrapper takes the hidden states positionally; a loop that passes them by keyword
+        (Flux: ``block(img=..., txt=..., ...)``) gets them moved into place, without touching the model."""
+        for blocks, wrapper in zip(self._lists, self._wrappers):
+            if blocks.hidden_kwargs:
+                self._hooks.append(wrapper.register_forward_pre_hook(
+                    functools.partial(_hidden_states_first, blocks.hidden_kwargs), with_kwargs=True))
 
     @torch.compiler.disable
-    def _before_block(self, index, module, args, kwargs):
-        self._blocks_counted += 1  # what really ran
+    def _before_block(self, position, index, module, args, kwargs):
+        self._blocks_counted[position] += 1  # what really ran
         if self._tell_block_index is not None:
-            self._tell_block_index(index, self.num_blocks, kwargs)
+            self._tell_block_index(index, self._sizes[position], kwargs, self._lists[position].block_type)
         if self._tracing is not None:
             if index == 0:  # every forward pattern takes the hidden (image) stream first
-                self._fn_input = args[0] if args else kwargs.get("hidden_states")
-            elif index == self._first_middle_block:
-                trace, step = self._tracing
-                trace.computing(step)  # known to compute: drop the old reference before the middle blocks
+                self._fn_input[position] = args[0] if args else kwargs.get("hidden_states")
+            elif index == self._first_middle_block[position]:
+                traces, step = self._tracing
+                traces[position].computing(step)  # known to compute: drop the old reference before the middle blocks
+        if self._serving and index in self._copy_input_at[position]:
+            count = self._lists[position].hidden_args
+            return (*(a.clone() if torch.is_tensor(a) else a for a in args[:count]), *args[count:]), kwargs
         return None
 
     @torch.compiler.disable
-    def _after_fn_blocks(self, module, args, output):
-        if self._tracing is None or self._fn_input is None:
+    def _after_fn_blocks(self, position, module, args, output):
+        fn_input = self._fn_input[position]
+        if self._tracing is None or fn_input is None:
             return None
-        hidden = output if torch.is_tensor(output) else output[self._hidden_output]
-        trace, step = self._tracing
-        trace.observe(step, hidden - self._fn_input)
-        self._fn_input = None
+        hidden = output if torch.is_tensor(output) else output[self._lists[position].hidden_output_index]
+        traces, step = self._tracing
+        traces[position].observe(step, hidden - fn_input)
+        self._fn_input[position] = None
         return None
 
     # --- what the run saw -----------------------------------------------------------
@@ -363,3 +429,12 @@ class CacheRun:
     def _context_rules(self) -> list[DecisionRules]:
         return [DecisionRules.for_context(self.plan.settings, self.plan.mask_from(start), start)
                 for start in self._context_starts]
+
+
+@torch.compiler.disable
+def _hidden_states_first(names: tuple[str, ...], module, args, kwargs):
+    """Forward pre-hook: the keyword arguments ``names`` become the leading positional arguments."""
+    if not all(name in kwargs for name in names):
+        return None
+    kwargs = dict(kwargs)
+    return (*(kwargs.pop(name) for name in names), *args), kwargs

@@ -66,8 +66,9 @@ class StreamTrace:
     before the middle blocks allocate their activations.
     """
 
-    def __init__(self, branches: tuple[int, ...], context: int, start_step: int):
+    def __init__(self, branches: tuple[int, ...], context: int, start_step: int, blocks: str | None = None):
         self.branches = branches
+        self.blocks = blocks   # the block list whose Fn residual this is, when the model has several
         self.context = context
         self.start_step = start_step
         # step -> (reference step, change as a 0-d tensor), None where there was no reference.

@@ -59,6 +59,9 @@ class Call:
     sigma: object               # the sigma the sampler called the model at (a tensor until the record reads it)
     timer: CallTimer
     thread: str                 # the thread the call ran on (several devices run side by side)
+    # Several block lists only: per list (in loop order), whether cache-dit skipped its middle blocks.
+    # ``cached`` is True when every list did; a call where only some did is counted here.
+    list_cached: tuple[bool, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +79,7 @@ class RunObservation:
     warnings: tuple[str, ...]
     device: str | None = None   # the torch device of a multi-device run's copy; None on one device
     text_path: TextPathCounts | None = None   # the family's text path: computed / reused calls
+    block_lists: tuple[tuple[str, int], ...] = ()   # (attribute, blocks) of each list when there are several
 
 
 @dataclasses.dataclass(frozen=True)

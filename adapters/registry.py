@@ -17,11 +17,44 @@ import torch
 
 
 @dataclasses.dataclass(frozen=True)
+class BlockList:
+    """One list of blocks the model's own loop runs in order; cache-dit gives each its own cache context."""
+
+    attr: str                          # attribute holding the nn.ModuleList
+    forward_pattern: str               # cache-dit ForwardPattern name
+    # What the model's loop writes as ``block_type`` into the blocks' options (None: nothing).
+    block_type: str | None = None
+    # Keywords the model's loop passes the hidden states as, in the order cache-dit's wrapper takes
+    # them positionally (its forward is ``(hidden_states, encoder_hidden_states, *args, **kwargs)``).
+    hidden_kwargs: tuple[str, ...] = ()
+    # Whether the blocks add into their hidden-state inputs in place (Flux's ``img += ...``). cache-dit
+    # keeps a list's input, and its middle blocks' input, to subtract as residuals: such blocks must
+    # get a copy there, or every residual it keeps is zero.
+    adds_in_place: bool = False
+
+    @property
+    def hidden_args(self) -> int:
+        """How many leading positional arguments cache-dit passes a block as hidden states."""
+        return 1 if self.forward_pattern in ("Pattern_3", "Pattern_4", "Pattern_5") else 2
+
+    @property
+    def hidden_output_index(self) -> int:
+        """Where a block's output tuple holds the image (hidden) stream, as the forward pattern says:
+        Pattern_1 blocks (Qwen-Image) return (encoder, hidden). The Fn residual is measured on that stream."""
+        import cache_dit
+
+        return getattr(cache_dit.ForwardPattern, self.forward_pattern).Out.index("hidden_states")
+
+
+@dataclasses.dataclass(frozen=True)
 class TransformerFamily:
     name: str                    # shown to users in errors and stats
     class_path: str              # "module.Class" of the transformer cache-dit patches
-    blocks_attr: str             # attribute holding the nn.ModuleList of transformer blocks
-    forward_pattern: str         # cache-dit ForwardPattern name
+    # The nn.ModuleList attribute holding the transformer blocks, and its cache-dit ForwardPattern
+    # name; or, for a model whose loop runs several lists one after the other, one ``BlockList``
+    # each in loop order (``blocks_attr``) and ``forward_pattern`` left empty.
+    blocks_attr: str | tuple[BlockList, ...]
+    forward_pattern: str
     # cache-dit checks a block's parameter *names* against the pattern. ComfyUI's
     # native block is forward(x, vec, freqs, mask, ...), so the check must be off there.
     check_forward_pattern: bool
@@ -40,17 +73,17 @@ class TransformerFamily:
     # The modules (first, second) that turn the conditioning into text tokens on every call,
     # reused within a run when the host vouches that the conditioning is the same (``text_path``).
     text_path: tuple[str, str] | None = None
-    # Whether the model's block loop adds a ControlNet's residuals (the ``control`` argument of the
-    # model call) after each block by index: a call carrying them is computed in full, as above.
-    loop_control: bool = False
 
     @property
-    def hidden_output_index(self) -> int:
-        """Where a block's output tuple holds the image (hidden) stream, as the forward pattern says:
-        Pattern_1 blocks return (encoder, hidden). The Fn residual is measured on that stream."""
-        import cache_dit
+    def call_patches(self) -> bool:
+        """Whether some loop patch is an argument of the model call (a plain name), not an option."""
+        return any("." not in path for path in self.loop_patches)
 
-        return getattr(cache_dit.ForwardPattern, self.forward_pattern).Out.index("hidden_states")
+    @property
+    def block_lists(self) -> tuple[BlockList, ...]:
+        if isinstance(self.blocks_attr, str):
+            return (BlockList(self.blocks_attr, self.forward_pattern),)
+        return self.blocks_attr
 
 
 SUPPORTED: tuple[TransformerFamily, ...] = (
@@ -111,8 +144,26 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         model="Qwen-Image",
-        loop_patches=("patches.double_block", "patches_replace.dit"),
-        loop_control=True,
+        loop_patches=("patches.double_block", "patches_replace.dit", "control"),
+    ),
+    # Flux.1 (dev, schnell, Kontext) and Flux.2 (dev with guidance, Klein without): ``forward_orig``
+    # runs the double-stream blocks on (img, txt), then the single-stream blocks on cat(txt, img).
+    # Each list is its own cache context with its own Fn residual (img, then the joint sequence), as
+    # in cache-dit's own Flux adapters. A ControlNet's ``control`` adds to chosen blocks' outputs in
+    # the loop, as ``patches_replace`` replaces chosen blocks: calls with either are computed in full.
+    TransformerFamily(
+        name="Flux.1 / Flux.2 (ComfyUI native)",
+        class_path="comfy.ldm.flux.model.Flux",
+        blocks_attr=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
+                               adds_in_place=True),
+                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True)),
+        forward_pattern="",
+        check_forward_pattern=False,
+        block_options_kwarg="transformer_options",
+        # Chroma and others subclass Flux with loops of their own.
+        match_subclasses=False,
+        model="Flux",
+        loop_patches=("patches_replace.dit", "control"),
     ),
 )
 
@@ -146,30 +197,43 @@ class ResolvedTransformer:
     module: torch.nn.Module
 
     @property
+    def block_lists(self) -> list[torch.nn.ModuleList]:
+        """The module's block lists, in the order its loop runs them."""
+        return [getattr(self.module, blocks.attr) for blocks in self.family.block_lists]
+
+    @property
     def blocks(self) -> torch.nn.ModuleList:
-        return getattr(self.module, self.family.blocks_attr)
+        """The block list of a one-list family."""
+        [blocks] = self.block_lists
+        return blocks
 
     @property
     def num_blocks(self) -> int:
-        return len(self.blocks)
+        """Blocks a call runs when computed in full (over all lists)."""
+        return sum(len(blocks) for blocks in self.block_lists)
+
+    @property
+    def cacheable_blocks(self) -> int:
+        """The blocks of the shortest list: Fn + Bn must leave blocks to cache in every list."""
+        return min(len(blocks) for blocks in self.block_lists)
 
 
-def loop_patches_in(family: TransformerFamily, transformer_options: dict) -> list[str]:
-    """The patches in a call's options that ``family``'s own block loop applies by block index."""
+def loop_patches_in(family: TransformerFamily, transformer_options: dict, call_kwargs: dict | None = None) \
+        -> list[str]:
+    """The patches in a call that ``family``'s own block loop applies by block index.
+
+    A path "group.name" is looked up in the call's transformer options; a plain name is a keyword
+    argument of the model call itself (e.g. Flux's ControlNet ``control``).
+    """
     found = []
     for path in family.loop_patches:
-        group, name = path.split(".", 1)
-        if (transformer_options.get(group) or {}).get(name):
+        if "." in path:
+            group, name = path.split(".", 1)
+            present = (transformer_options.get(group) or {}).get(name)
+        else:
+            present = (call_kwargs or {}).get(path)
+        if present:
             found.append(path)
-    return found
-
-
-def loop_injections_in(family: TransformerFamily, transformer_options: dict, call_kwargs: dict) -> list[str]:
-    """What of a call ``family``'s own block loop applies by block index: its loop patches, and a
-    ControlNet's ``control`` where the loop adds it per block."""
-    found = loop_patches_in(family, transformer_options)
-    if family.loop_control and call_kwargs.get("control") is not None:
-        found.append("control")
     return found
 
 

@@ -78,6 +78,11 @@ class RunRecord:
     parallel_block_evals: list | None = None
     # The family's text path over all calls: {"computed", "reused", "off"}; None when it has none.
     text_path: dict | None = None
+    # Models with several block lists (Flux: double, then single blocks), each its own cache context:
+    # per list {"blocks", "size", "cached_steps", "partial_steps"}, where a step counts for a list as
+    # for the run (every served call of the step skipped that list's middle blocks). A step is in the
+    # run's ``cached_steps`` only when every list skipped it. Empty for one list.
+    block_lists: list = dataclasses.field(default_factory=list)
 
     @property
     def estimated_speedup(self) -> float:
@@ -201,7 +206,19 @@ def build(plan: RunPlan, clock, model: str, observations: Sequence[RunObservatio
         devices=[d.summary(own) for d, own in zip(devices, sigmas)] if parallel else [],
         parallel_block_evals=list(parallel_block_evals(observations)) if parallel else None,
         text_path=_text_path(observations),
+        block_lists=_block_lists(observations[0], steps) if len(observations) == 1 else [],
     )
+
+
+def _block_lists(observation: RunObservation, steps: int) -> list[dict]:
+    """Each block list's own cached steps (several lists only; multi-device runs have one list)."""
+    lists = []
+    for position, (attr, size) in enumerate(observation.block_lists):
+        per_list = [dataclasses.replace(call, cached=call.list_cached[position]) if call.list_cached else call
+                    for call in observation.calls]
+        _, cached, partial = summarize_steps(per_list, steps)
+        lists.append({"blocks": attr, "size": size, "cached_steps": cached, "partial_steps": partial})
+    return lists
 
 
 def _text_path(observations: Sequence[RunObservation]) -> dict | None:
@@ -249,6 +266,7 @@ class _DeviceView:
                 self.reasons[step] = why[step]
         # The changes keep every digit: rounded, one just below the threshold could show on it.
         self._streams.append({"branches": list(trace.branches), "context": trace.context,
+                              **({"blocks": trace.blocks} if trace.blocks is not None else {}),
                               "start_step": trace.start_step,
                               "residual_diffs": [measured.get(s) for s in order], "steps": order,
                               "cached_steps": [s for s in order if trace.cached[s]],

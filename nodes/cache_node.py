@@ -102,14 +102,14 @@ class Krea2CacheDiT(io.ComfyNode):
     @classmethod
     def _patched(cls, model, settings: CacheSettings) -> io.NodeOutput:
         target = resolve(model.model.diffusion_model, cls.SCOPE)
-        check_compute_blocks(settings, target.num_blocks)
+        check_compute_blocks(settings, target.cacheable_blocks)
         patched = model.clone()
         install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or "")))
         return io.NodeOutput(patched)
 
 
 class CacheDiTDBCache(Krea2CacheDiT):
-    """The same node for every supported family (Krea-2, Wan 2.1/2.2, Z-Image, Qwen-Image)."""
+    """The same node for every supported family (Krea-2, Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1 / Flux.2)."""
 
     SCOPE: NodeScope = ANY_SCOPE
 

@@ -37,6 +37,11 @@ def device_models(devices: list[tuple[str, object]], conds_per_step: int, num_bl
         except UnsupportedModelError:
             return [], (f"Multi-GPU sampling: the model on {label} ({type(host).__name__}) is not a supported "
                         f"Krea-2 transformer, so it cannot be cached: this run was not cached.")
+        if len(target.family.block_lists) > 1:
+            # The devices agree per step where cache-dit asks once per call; with several block
+            # lists it asks once per list, which that agreement does not cover.
+            return [], (f"Multi-GPU sampling of {target.family.name} (several block lists) is not supported by the "
+                        f"cache: this run was not cached.")
         if id(target.module) in seen:
             return [], (f"Multi-GPU sampling: {label} and {seen[id(target.module)]} share one copy of the model, "
                         f"and cache-dit keeps its state in the model: this run was not cached. Give every "

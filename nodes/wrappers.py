@@ -12,6 +12,8 @@ MODEL clone's ``model_options`` and registers two wrappers under one key.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import logging
 
 import torch
@@ -21,7 +23,7 @@ import comfy.patcher_extension
 
 from ..adapters.cache_run import CacheRun
 from ..adapters.multi_device import DeviceRun, MultiDeviceRun
-from ..adapters.registry import ResolvedTransformer, loop_injections_in, resolve
+from ..adapters.registry import ResolvedTransformer, loop_patches_in, resolve
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.step_clock import StepClock, churned_start_sigmas
@@ -93,7 +95,7 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(sampler),
                       start_sigmas=_start_sigmas(sampler, sigmas),
                       single_evaluation=_sampler_name(sampler) in SINGLE_EVALUATION_SAMPLERS)
-    plan = plan_run(holder.settings, clock.steps, target.num_blocks)
+    plan = plan_run(holder.settings, clock.steps, target.cacheable_blocks)
     guidance = read_guidance(guider)
     meta = RunMeta(node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg, guidance=guidance.as_dict(),
                    warnings=tuple(_superseding_warnings(holder)))
@@ -135,18 +137,21 @@ def block_index_teller(target: ResolvedTransformer):
     """How a block of this family learns its true place while cache-dit wraps the block list.
 
     ComfyUI's own block loops pass ``transformer_options`` to each block, with ``block_index``
-    and ``total_blocks`` for attention patches; under cache-dit the loop sees one wrapper, so the
-    run writes the true values before each block. None for blocks that take no such options.
+    and ``total_blocks`` (and, where a model has several block lists, ``block_type``) for attention
+    patches; under cache-dit the loop sees one wrapper per list, so the run writes the true values
+    before each block. None for blocks that take no such options.
     """
     option_name = target.family.block_options_kwarg
     if option_name is None:
         return None
 
-    def tell(index: int, total: int, kwargs: dict) -> None:
+    def tell(index: int, total: int, kwargs: dict, block_type: str | None) -> None:
         options = kwargs.get(option_name)
         if isinstance(options, dict):
             options["block_index"] = index
             options["total_blocks"] = total
+            if block_type is not None:
+                options["block_type"] = block_type
 
     return tell
 
@@ -235,6 +240,24 @@ def _transformer_options(args, kwargs) -> dict:
     return args[-1] if args and isinstance(args[-1], dict) else {}
 
 
+def _call_arguments(executor, args, kwargs) -> dict:
+    """The model call's arguments by name (ComfyUI's models pass e.g. Flux's ``control`` positionally)."""
+    method = executor.original
+    try:
+        # The plain function's signature, cached: a cache of the bound method would keep the model alive.
+        function = getattr(method, "__func__", None)
+        if function is not None:
+            return _signature(function).bind_partial(method.__self__, *args, **kwargs).arguments
+        return inspect.signature(method).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return dict(kwargs)
+
+
+@functools.lru_cache(maxsize=64)
+def _signature(function) -> inspect.Signature:
+    return inspect.signature(function)
+
+
 # Routing is Python bookkeeping: torch.compile skips this frame (and never guards on the run's
 # state), and compiles the model call it makes.
 @torch.compiler.disable(recursive=False)
@@ -246,7 +269,10 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     if options.get("sigmas") is None or not args or not torch.is_tensor(args[0]):
         with run.uncached():  # a caller outside a sampler step: nothing to cache against
             return executor(*args, **kwargs)
-    patched = loop_injections_in(run.target.family, options, kwargs)
+    family = run.target.family
+    # Binding the call to the model's signature costs microseconds: only for families that need it.
+    call_arguments = _call_arguments(executor, args, kwargs) if family.call_patches else None
+    patched = loop_patches_in(family, options, call_arguments)
     if patched:  # the model's loop applies them by block index: only its own loop can
         run.warn_once(f"Calls with {' and '.join(patched)} patches (e.g. a ControlNet's) were computed in "
                       f"full: the model applies them between blocks, which the cache skips.")

@@ -63,6 +63,23 @@ elif family == "qwen_image":
     # 128, text width 3584) is fixed, so the model is shallow (2 blocks), not narrow.
     model = QwenImageTransformer2DModel(num_layers=2, device="meta", operations=comfy.ops.disable_weight_init)
     expected, dtype = "QwenImage", torch.bfloat16
+elif family.startswith("flux"):
+    from comfy.ldm.flux.model import Flux
+    # Narrow: ComfyUI reads the width from img_in/txt_in, the heads as width // sum(axes_dim) (128: one
+    # head) and the block counts from the keys; Flux.2 is told by its global modulation, the guidance
+    # model (Flux.1 dev, Flux.2 dev) by its guidance_in. 2 double + 3 single blocks.
+    common = dict(hidden_size=128, num_heads=1, depth=2, depth_single_blocks=3, context_in_dim=64, device="meta",
+                  operations=comfy.ops.disable_weight_init)
+    if family == "flux1":
+        model = Flux(in_channels=16, out_channels=16, vec_in_dim=32, mlp_ratio=4.0, axes_dim=[16, 56, 56],
+                     theta=10000, patch_size=2, qkv_bias=True, guidance_embed=True, txt_ids_dims=[], **common)
+        expected = "Flux"
+    else:  # "flux2" (dev, with guidance) or "flux2_klein" (without)
+        model = Flux(in_channels=128, out_channels=128, vec_in_dim=None, mlp_ratio=3.0, axes_dim=[32, 32, 32, 32],
+                     theta=2000, patch_size=1, qkv_bias=False, guidance_embed=family == "flux2", txt_ids_dims=[3],
+                     global_modulation=True, mlp_silu_act=True, ops_bias=False, **common)
+        expected = "Flux2"
+    dtype = torch.float32
 else:
     from comfy.ldm.lumina.model import NextDiT
     # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks): shallow instead.
@@ -87,9 +104,18 @@ for name, tensor in model.state_dict().items():
         # from zero: otherwise each step's residual changes by more than itself (diff > 1), where
         # cache-dit's threshold cannot decide (a threshold of 1 or more caches every step).
         value = value * 0.1 if name.endswith("weight") else value + 1.0
+    if family.startswith("flux2") and name == "time_in.in_layer.weight":
+        # Flux.2 has no biases: its blocks' modulation follows the timestep embedding wholly, and on
+        # random weights every step's residual changed by more than itself (diff > 1, where cache-dit's
+        # threshold cannot decide). Mostly the embedding's slow components (constant over a run, as
+        # a trained model's modulation nearly is between neighbouring steps): the fast ones damped.
+        fast = torch.arange(128) < 96
+        value[:, torch.cat([fast, fast])] *= 0.05
     state[name] = value.to(dtype)
 config = comfy.model_detection.model_config_from_unet(state, "")
 assert type(config).__name__ == expected, f"ComfyUI detects {type(config).__name__}, not {expected}"
+if family.startswith("flux"):
+    assert config.unet_config["guidance_embed"] == (family != "flux2_klein"), config.unet_config
 save_file(state, out_path)
 print(json.dumps({"class": type(config).__name__, "unet_config": {k: str(v) for k, v in config.unet_config.items()}}))
 """
@@ -97,12 +123,15 @@ print(json.dumps({"class": type(config).__name__, "unet_config": {k: str(v) for 
 # The families the cache node supports besides Krea-2, by the file their test checkpoint gets.
 FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.safetensors",
                  "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors",
-                 "qwen_image": "qwen_image_shallow.safetensors"}
+                 "qwen_image": "qwen_image_shallow.safetensors",
+                 "flux1": "flux1_tiny.safetensors", "flux2": "flux2_tiny.safetensors",
+                 "flux2_klein": "flux2_klein_tiny.safetensors"}
 
 
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
-    Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16)."""
+    Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
+    (2 double + 3 single blocks, width 128)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
                    check=True, capture_output=True, timeout=900)
     return path

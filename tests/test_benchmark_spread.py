@@ -113,7 +113,6 @@ def test_a_first_demo_without_the_proxy_shows_the_random_table_before_the_build(
 def test_the_demo_samples_on_one_cpu_thread_and_its_comfyui_server_inherits_it(monkeypatch):
     """Two threads of one sampling wait on each other when another job holds a core of a 2-core machine."""
     speedup = pytest.importorskip("speedup")
-    import os
     import subprocess
 
     import torch

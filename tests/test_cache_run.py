@@ -388,7 +388,7 @@ def test_an_uncached_call_swaps_the_original_blocks_and_forward_in_and_back(tran
         cached_blocks, cached_forward = transformer.transformer_blocks, transformer.__dict__.get("forward")
         assert cached_forward is not None, "cache-dit patched the instance's forward"
         with run.uncached():
-            assert list(transformer.transformer_blocks) == list(run._original_blocks)
+            assert list(transformer.transformer_blocks) == list(run._original_lists[0])
             assert transformer.forward.__func__ is type(transformer).forward
             plain = forward(transformer, stream.x, stream.context, SIGMAS[0])
         assert transformer.transformer_blocks is cached_blocks

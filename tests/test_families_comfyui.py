@@ -1,5 +1,5 @@
-"""The Cache-DiT DBCache node on the other families, in the real ComfyUI server: Wan 2.1/2.2, Z-Image
-and Qwen-Image.
+"""The Cache-DiT DBCache node on the other families, in the real ComfyUI server: Wan 2.1/2.2, Z-Image,
+Qwen-Image, Flux.1 and Flux.2.
 
 Tiny seeded-random checkpoints in each family's native format (tests/comfy_models.py) that
 ComfyUI's UNETLoader detects as that model; the same graph as the Krea-2 tests with each
@@ -63,8 +63,10 @@ def test_cfg_batched_is_one_stream(family_server, family):
 
 @family_ids
 def test_cfg_split_by_conditioning_shape_uses_separate_cfg(family_server, family):
-    """Conds of 8 and 13 tokens cannot batch (Z-Image: its token count is a per-call constant)."""
-    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=3.5, neg_tokens=13, cache=FAST))
+    """Conds of 8 and 13 tokens cannot batch (Z-Image: its token count is a per-call constant; Flux.2
+    pads both to 512 tokens, so its negative is 600)."""
+    neg_tokens = FAMILIES[family].split_tokens
+    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=3.5, neg_tokens=neg_tokens, cache=FAST))
     check_record(stats, family)
     assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("split", True)
     assert stats["cached_steps"] == FAST_8_CACHED
@@ -74,13 +76,15 @@ def test_cfg_split_by_conditioning_shape_uses_separate_cfg(family_server, family
 
 
 @pytest.mark.parametrize("family, cfg, neg_tokens", [
-    ("wan", 1.0, 8), ("wan", 3.5, 8), ("wan", 3.5, 13), ("zimage", 3.5, 13), ("qwen_image", 3.5, 13)],
-    ids=["wan-cfg1", "wan-batched", "wan-split", "zimage-split", "qwen_image-split"])
+    ("wan", 1.0, 8), ("wan", 3.5, 8), ("wan", 3.5, 13), ("zimage", 3.5, 13), ("qwen_image", 3.5, 13),
+    ("flux1", 3.5, 8), ("flux1", 3.5, 13), ("flux2", 3.5, 8), ("flux2", 3.5, 600)],
+    ids=["wan-cfg1", "wan-batched", "wan-split", "zimage-split", "qwen_image-split", "flux1-batched", "flux1-split",
+         "flux2-batched", "flux2-split"])
 def test_exact_when_caching_is_off(family_server, family, cfg, neg_tokens):
     plain = run_ok(family_server, family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=3, prefix="plain"))
     entry, [stats] = family_server.run_with_stats(
         family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=3, cache=OFF, prefix="off"))
-    assert stats["cached_steps"] == [] and stats["calls"] == (16 if neg_tokens == 13 else 8)
+    assert stats["cached_steps"] == [] and stats["calls"] == (8 if neg_tokens == 8 else 16)
     assert torch.equal(family_server.saved_latent(entry, "7"), family_server.saved_latent(plain, "7"))
 
 
@@ -136,14 +140,15 @@ def with_probe(prompt: dict, log_path) -> dict:
 
 
 def blocks_seen(log_path) -> list[list[tuple[int, int]]]:
-    """Per model call (a new sigma), the (block_index, total_blocks) of each block's attention, in order."""
+    """Per model call (a new sigma), the (block_type, block_index, total_blocks) of each block's attention,
+    in order."""
     calls: list[list] = []
     last_sigma = None
     for line in log_path.read_text().splitlines():
         event = json.loads(line)
         if event["block_index"] is None:
             continue  # Z-Image's refiners run before the block loop, outside the cached stack
-        seen = (event["block_index"], event["total_blocks"])
+        seen = (event["block_type"], event["block_index"], event["total_blocks"])
         if event["sigma"] != last_sigma:
             calls.append([])
             last_sigma = event["sigma"]
@@ -154,15 +159,18 @@ def blocks_seen(log_path) -> list[list[tuple[int, int]]]:
 
 @family_ids
 def test_attention_sees_each_blocks_true_index_on_computed_and_cached_steps(family_server, family, tmp_path):
-    blocks = FAMILIES[family].blocks
+    """Flux: both lists skip their middle blocks on a cached step, and each block still sees its own list's
+    index, size and type ("double" / "single"), as in the model's own loop."""
+    lists = FAMILIES[family].block_lists
     plain_log, cached_log = tmp_path / "plain.jsonl", tmp_path / "cached.jsonl"
     run_ok(family_server, with_probe(family_prompt(family, seed=31), plain_log))
-    cache = {**FAST, "Bn_compute_blocks": 1} if blocks > 2 else FAST
+    bn = 1 if min(size for _, size in lists) > 2 else 0
+    cache = {**FAST, "Bn_compute_blocks": bn}
     _, [record] = family_server.run_with_stats(with_probe(family_prompt(family, cache=cache, seed=31), cached_log))
     assert record["cached_steps"] == FAST_8_CACHED
-    every_block = [(i, blocks) for i in range(blocks)]
+    every_block = [(kind, i, size) for kind, size in lists for i in range(size)]
     assert blocks_seen(plain_log) == [every_block] * 8
-    ran_when_cached = [(0, blocks)] + ([(blocks - 1, blocks)] if cache.get("Bn_compute_blocks") else [])
+    ran_when_cached = [(kind, i, size) for kind, size in lists for i in range(size) if i == 0 or i >= size - bn]
     expected = [ran_when_cached if step in FAST_8_CACHED else every_block for step in range(8)]
     assert blocks_seen(cached_log) == expected
 
@@ -184,10 +192,15 @@ def test_easycache_on_the_same_model_leaves_the_run_to_it(family_server, family)
 @family_ids
 def test_calls_with_a_patch_the_block_loop_applies_are_computed_in_full(family_server, family):
     """A ``double_block`` patch (a ControlNet's) runs in the model's loop between blocks, by index: the
-    cache would skip it, so such calls run in full, exactly as without the node, and the stats say so."""
+    cache would skip it, so such calls run in full, exactly as without the node, and the stats say so.
+    Flux's loop applies no such patch: there a ``patches_replace`` of its middle single block stands in."""
+    flux = family.startswith("flux")
+    patch = ({"class_type": "Krea2TestBlockReplace", "inputs": {"kind": "single_block", "block": 1, "scale": 0.5}}
+             if flux else {"class_type": "Krea2TestDoubleBlockPatch", "inputs": {"block": 1, "scale": 0.5}})
+    expected = "patches_replace.dit" if flux else "patches.double_block"
+
     def with_patch(prompt):
-        prompt["20"] = {"class_type": "Krea2TestDoubleBlockPatch", "inputs": {"model": ["1", 0], "block": 1,
-                                                                              "scale": 0.5}}
+        prompt["20"] = {"class_type": patch["class_type"], "inputs": {"model": ["1", 0], **patch["inputs"]}}
         prompt["5" if "5" in prompt else "6"]["inputs"]["model"] = ["20", 0]
         return prompt
 
@@ -195,7 +208,7 @@ def test_calls_with_a_patch_the_block_loop_applies_are_computed_in_full(family_s
     entry, [stats] = family_server.run_with_stats(with_patch(family_prompt(family, seed=41, cache=FAST)))
     assert torch.equal(family_server.saved_latent(entry, "7"), family_server.saved_latent(plain, "7"))
     assert stats["cached_steps"] == [] and stats["calls"] == 0
-    assert any("patches.double_block" in w and "computed in full" in w for w in stats["warnings"]), stats["warnings"]
+    assert any(expected in w and "computed in full" in w for w in stats["warnings"]), stats["warnings"]
 
 
 def test_qwen_image_controlnet_control_is_computed_in_full(family_server):

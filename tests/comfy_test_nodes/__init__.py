@@ -1,6 +1,7 @@
 """Test-only ComfyUI nodes (and measurement routes), loaded only by the test and benchmark servers.
 
-- ``Krea2TestConditioning``: seeded-random conditioning in place of the Krea-2 text encoder;
+- ``Krea2TestConditioning``: seeded-random conditioning in place of the Krea-2 text encoder (with a
+  pooled vector too, for Flux.1, when ``pooled_features`` is set);
 - ``Krea2TestLatent``: a seeded-random 16-channel latent (Krea-2's Wan 2.1 latent space), e.g. as
   an edit reference without a VAE;
 - ``Krea2TestCompileBlocks``: torch.compile per transformer block, the way advanced compile nodes
@@ -15,8 +16,10 @@
   count of every attention call, for families whose blocks call no attention patches;
 - ``Krea2TestDoubleBlockPatch``: a ``double_block`` patch (as ControlNet patches for Z-Image and
   Wan set it) that scales one block's output inside the model's own block loop;
+- ``Krea2TestBlockReplace``: a ``patches_replace["dit"]`` entry for one Flux block (as PuLID-style
+  nodes set it) that scales that block's output;
 - ``Krea2TestBlockControl``: a network-free ControlNet on a conditioning whose ``control`` residual
-  the model's own block loop adds after one block (as Qwen-Image's loop adds a ControlNet's);
+  the model's own block loop adds after one block (as Qwen-Image's and Flux's loops add a ControlNet's);
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
   them: euler with churn (``s_churn``), euler that never calls back, heun under a name the
   Cache-DiT node does not know;
@@ -62,12 +65,16 @@ class Krea2TestConditioning:
             "features": ("INT", {"default": 120, "min": 1, "max": 1 << 20}),
         }, "optional": {
             "nonce": ("INT", {"default": 0, "min": 0, "max": 2**62}),
+            "pooled_features": ("INT", {"default": 0, "min": 0, "max": 1 << 16}),
         }}
 
-    def make(self, seed, tokens, features, nonce=0):
+    def make(self, seed, tokens, features, nonce=0, pooled_features=0):
         generator = torch.Generator().manual_seed(seed)
         context = torch.randn((1, tokens, features), generator=generator)
-        return ([[context, {}]],)
+        extra = {}
+        if pooled_features:  # Flux.1's CLIP-L pooled vector (its ``y``)
+            extra["pooled_output"] = torch.randn((1, pooled_features), generator=generator)
+        return ([[context, extra]],)
 
 
 class Krea2TestLatent:
@@ -204,6 +211,7 @@ class Krea2TestAttentionOverrideProbe:
             with open(log_path, "a") as log:
                 log.write(json.dumps({"block_index": options.get("block_index"),
                                       "total_blocks": options.get("total_blocks"),
+                                      "block_type": options.get("block_type"),
                                       "sigma": float(options["sigmas"].flatten()[0])}) + "\n")
             return attention(*args, transformer_options=transformer_options, **kwargs)
 
@@ -235,11 +243,35 @@ class Krea2TestDoubleBlockPatch:
         return (patched,)
 
 
+class Krea2TestBlockReplace:
+    """Replaces one Flux block through ``patches_replace["dit"]``: the model's loop calls the patch
+    instead of that block (by kind and index); it runs the original block and scales its image output."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "kind": (["double_block", "single_block"],),
+                             "block": ("INT", {"default": 1, "min": 0, "max": 1000}),
+                             "scale": ("FLOAT", {"default": 0.5, "min": 0.0, "max": 10.0, "step": 0.01})}}
+
+    def patch(self, model, kind, block, scale):
+        def replace(args, extra):
+            out = extra["original_block"](args)
+            return {**out, "img": out["img"] * scale}
+
+        patched = model.clone()
+        patched.set_model_patch_replace(replace, "dit", kind, block)
+        return (patched,)
+
+
 class Krea2TestBlockControl:
     """A ControlNet without a network, as ComfyUI's ControlNet apply nodes attach one to a conditioning:
-    on every call its ``control`` holds one residual (a constant, ``scale``) for block ``block``'s output
-    in the ``input`` list, which Qwen-Image's own block loop adds after that block, by index.
-    ``features`` is the model's token width; the image tokens are the latent's 2x2 patches."""
+    on every call its ``control`` holds one residual (a constant ``scale`` on the first token, ``features``
+    wide: the model's token width) for block ``block``'s output in the ``input`` list, which the model's
+    own block loop (Qwen-Image's, Flux's double blocks) adds after that block, by index."""
 
     CATEGORY = "Krea-2/testing"
     RETURN_TYPES = ("CONDITIONING",)
@@ -248,19 +280,20 @@ class Krea2TestBlockControl:
     @classmethod
     def INPUT_TYPES(cls):
         return {"required": {"conditioning": ("CONDITIONING",),
-                             "features": ("INT", {"default": 3072, "min": 1, "max": 1 << 16}),
                              "block": ("INT", {"default": 1, "min": 0, "max": 1000}),
+                             "features": ("INT", {"default": 128, "min": 1, "max": 1 << 16}),
                              "scale": ("FLOAT", {"default": 0.5, "min": -10.0, "max": 10.0, "step": 0.01})}}
 
-    def apply(self, conditioning, features, block, scale):
+    def apply(self, conditioning, block, features, scale):
         import comfy.controlnet
 
         class BlockControl(comfy.controlnet.ControlBase):
             def get_control(self, x_noisy, t, cond, batched_number, transformer_options):
-                tokens = ((x_noisy.shape[-2] + 1) // 2) * ((x_noisy.shape[-1] + 1) // 2)
-                residual = torch.full((x_noisy.shape[0], tokens, features), scale, dtype=x_noisy.dtype,
-                                      device=x_noisy.device)
-                return {"input": [None] * block + [residual], "middle": [], "output": []}
+                add = torch.full((x_noisy.shape[0], 1, features), scale, dtype=x_noisy.dtype, device=x_noisy.device)
+                return {"input": [None] * block + [add], "middle": [], "output": []}
+
+            def copy(self):
+                return BlockControl()
 
         return ([[context, {**options, "control": BlockControl(), "control_apply_to_uncond": True}]
                  for context, options in conditioning],)
@@ -397,7 +430,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestAttentionProbe": Krea2TestAttentionProbe,
                        "Krea2TestAttentionOverrideProbe": Krea2TestAttentionOverrideProbe,
                        "Krea2TestDoubleBlockPatch": Krea2TestDoubleBlockPatch,
-                       "Krea2TestBlockControl": Krea2TestBlockControl,
+                       "Krea2TestBlockReplace": Krea2TestBlockReplace, "Krea2TestBlockControl": Krea2TestBlockControl,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,

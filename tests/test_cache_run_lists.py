@@ -1,0 +1,167 @@
+"""The engine on a model with two block lists, against real cache-dit (no ComfyUI).
+
+A small model with Flux's loop: double blocks called with keywords (``block(img=..., txt=...)``),
+returning (img, txt) (cache-dit's Pattern_0), then single blocks on cat(txt, img) (Pattern_3), each
+told its index, the list's size and type through ``transformer_options``. Its blocks add into their
+inputs in place, as Flux's do; a twin whose blocks add out of place computes the same numbers, and
+cache-dit handles it as designed, so it is the reference for what a cached step must give.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from krea2_cachedit.adapters.cache_run import CacheRun
+from krea2_cachedit.adapters.registry import BlockList, ResolvedTransformer, TransformerFamily
+from krea2_cachedit.adapters.run_record import RunMeta, build
+from krea2_cachedit.adapters.settings import CacheSettings, plan_run
+from krea2_cachedit.adapters.step_clock import StepClock
+
+STEPS, WIDTH = 8, 16
+SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
+FAST = CacheSettings(steps_mask="fast")
+FAST_MASK_CACHED = [3, 5, 6]
+DOUBLE, SINGLE = 3, 4
+
+
+class DoubleBlock(torch.nn.Module):
+    def __init__(self, in_place: bool):
+        super().__init__()
+        self.in_place = in_place
+        self.img, self.txt = torch.nn.Linear(WIDTH, WIDTH), torch.nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, img, txt, vec, transformer_options={}):
+        transformer_options["seen"].append(
+            (transformer_options["block_type"], transformer_options["block_index"], transformer_options["total_blocks"]))
+        joint = torch.tanh(torch.cat((txt, img), 1) + vec)
+        img_add, txt_add = self.img(joint[:, txt.shape[1]:]), self.txt(joint[:, :txt.shape[1]])
+        if self.in_place:
+            img += img_add
+            txt += txt_add
+            return img, txt
+        return img + img_add, txt + txt_add
+
+
+class SingleBlock(torch.nn.Module):
+    def __init__(self, in_place: bool):
+        super().__init__()
+        self.in_place = in_place
+        self.lin = torch.nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x, vec, transformer_options={}):
+        transformer_options["seen"].append(
+            (transformer_options["block_type"], transformer_options["block_index"], transformer_options["total_blocks"]))
+        add = self.lin(torch.tanh(x + vec))
+        if self.in_place:
+            x += add
+            return x
+        return x + add
+
+
+class TwoLists(torch.nn.Module):
+    def __init__(self, in_place: bool = True):
+        super().__init__()
+        torch.manual_seed(0)
+        self.double_blocks = torch.nn.ModuleList(DoubleBlock(in_place) for _ in range(DOUBLE))
+        self.single_blocks = torch.nn.ModuleList(SingleBlock(in_place) for _ in range(SINGLE))
+        self.seen: list = []
+
+    def forward(self, img, txt, sigma):
+        options = {"seen": self.seen}
+        vec = sigma * torch.ones(WIDTH)
+        img, txt = img.clone(), txt.clone()
+        options.update(total_blocks=len(self.double_blocks), block_type="double")
+        for i, block in enumerate(self.double_blocks):
+            options["block_index"] = i
+            img, txt = block(img=img, txt=txt, vec=vec, transformer_options=options)
+        x = torch.cat((txt, img), 1)
+        options.update(total_blocks=len(self.single_blocks), block_type="single")
+        for i, block in enumerate(self.single_blocks):
+            options["block_index"] = i
+            x = block(x, vec=vec, transformer_options=options)
+        return x[:, txt.shape[1]:]
+
+
+def family(in_place: bool = True) -> TransformerFamily:
+    return TransformerFamily(
+        name="two lists", class_path=f"{__name__}.TwoLists", forward_pattern="", check_forward_pattern=False,
+        blocks_attr=(BlockList("double_blocks", "Pattern_0", "double", ("img", "txt"), adds_in_place=in_place),
+                     BlockList("single_blocks", "Pattern_3", "single", adds_in_place=in_place)),
+        block_options_kwarg="transformer_options")
+
+
+def tell(index, total, kwargs, block_type):
+    kwargs["transformer_options"].update(block_index=index, total_blocks=total, block_type=block_type)
+
+
+def sample(model, settings, family_entry=None, cached=True):
+    """8 Euler steps, one call per step; the outputs and the run (None without the cache)."""
+    g = torch.Generator().manual_seed(1)
+    img, txt = torch.randn(1, 6, WIDTH, generator=g), torch.randn(1, 4, WIDTH, generator=g)
+    outputs = []
+    target = ResolvedTransformer(family_entry or family(), model)
+    clock = StepClock(SIGMAS)
+    context = CacheRun(target, plan_run(settings, STEPS, target.cacheable_blocks), clock, conds_per_step=1,
+                       tell_block_index=tell) if cached else None
+    with context or torch.no_grad():
+        for i in range(STEPS):
+            with context.model_call(SIGMAS[i], [0], [img.shape]) if cached else torch.no_grad():
+                out = model(img, txt, SIGMAS[i])
+            outputs.append(out)
+            img = img + (SIGMAS[i + 1] - SIGMAS[i]) * out
+    return outputs, context
+
+
+def record(run: CacheRun):
+    return build(run.plan, run.clock, run.target.family.name, run.observations, RunMeta())
+
+
+def per_call(seen: list) -> list[list]:
+    calls = [[]]
+    for entry in seen:
+        if calls[-1] and entry == ("double", 0, DOUBLE):
+            calls.append([])
+        calls[-1].append(entry)
+    return calls
+
+
+def test_the_mask_skips_the_middle_of_both_lists_and_each_block_sees_its_place():
+    model = TwoLists()
+    _, run = sample(model, FAST)
+    result = record(run)
+    assert result.cached_steps == FAST_MASK_CACHED
+    assert [(b["blocks"], b["size"], b["cached_steps"]) for b in result.block_lists] == [
+        ("double_blocks", DOUBLE, FAST_MASK_CACHED), ("single_blocks", SINGLE, FAST_MASK_CACHED)]
+    assert result.block_evals == 5 * (DOUBLE + SINGLE) + 3 * 2
+    every = [("double", i, DOUBLE) for i in range(DOUBLE)] + [("single", i, SINGLE) for i in range(SINGLE)]
+    first = [("double", 0, DOUBLE), ("single", 0, SINGLE)]
+    assert per_call(model.seen) == [first if step in FAST_MASK_CACHED else every for step in range(STEPS)]
+    assert {s["blocks"] for s in result.streams} == {"double_blocks", "single_blocks"}
+    assert not hasattr(model, "_is_cached") and not run._hooks, "cache-dit off and every hook removed after the run"
+
+
+def test_blocks_that_add_in_place_get_what_out_of_place_blocks_get():
+    """cache-dit keeps each list's input to subtract residuals from: blocks that add into it in place
+    would make every kept residual zero, so a cached step would lose its middle blocks' contribution."""
+    in_place, _ = sample(TwoLists(in_place=True), FAST)
+    reference, _ = sample(TwoLists(in_place=False), FAST, family(in_place=False))
+    for step, (got, expected) in enumerate(zip(in_place, reference)):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"step {step}")
+    plain, _ = sample(TwoLists(in_place=False), FAST, cached=False)
+    assert not torch.equal(in_place[FAST_MASK_CACHED[0]], plain[FAST_MASK_CACHED[0]]), "a cached step is served"
+
+
+def test_caching_off_is_bit_identical_to_the_plain_model():
+    plain, _ = sample(TwoLists(), FAST, cached=False)
+    off, run = sample(TwoLists(), CacheSettings(residual_diff_threshold=0.0))
+    assert record(run).cached_steps == [] and record(run).block_evals == STEPS * (DOUBLE + SINGLE)
+    for got, expected in zip(off, plain):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_fn_and_bn_must_leave_blocks_to_cache_in_the_shortest_list():
+    target = ResolvedTransformer(family(), TwoLists())
+    assert (target.num_blocks, target.cacheable_blocks) == (DOUBLE + SINGLE, DOUBLE)
+    with pytest.raises(ValueError, match="less than"):
+        plan_run(CacheSettings(Fn_compute_blocks=2, Bn_compute_blocks=1), STEPS, target.cacheable_blocks)
