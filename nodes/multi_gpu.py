@@ -35,8 +35,8 @@ def device_models(devices: list[tuple[str, object]], conds_per_step: int, num_bl
         try:
             target = resolve(host)
         except UnsupportedModelError:
-            return [], (f"Multi-GPU sampling: the model on {label} ({type(host).__name__}) is not a supported "
-                        f"Krea-2 transformer, so it cannot be cached: this run was not cached.")
+            return [], (f"Multi-GPU sampling: the model on {label} ({type(host).__name__}) is not a transformer "
+                        f"this pack caches, so it cannot be cached: this run was not cached.")
         if id(target.module) in seen:
             return [], (f"Multi-GPU sampling: {label} and {seen[id(target.module)]} share one copy of the model, "
                         f"and cache-dit keeps its state in the model: this run was not cached. Give every "
