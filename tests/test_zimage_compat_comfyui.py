@@ -84,7 +84,7 @@ def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(fami
     compiled, record = run(family_server, prompt)
     assert record["cached_steps"] == eager_record["cached_steps"] == FAST_8_CACHED
     assert record["block_evals"] == eager_record["block_evals"]
-    assert float((compiled - reference).norm() / reference.norm()) < 1e-2
+    assert float((compiled - reference).norm() / reference.norm()) < 1e-3
 
 
 # --- multi-GPU ----------------------------------------------------------------------------------
