@@ -35,7 +35,7 @@ from .calibrators import calibrator_config
 from .diagnostics import DecisionRules, StreamTrace
 from .foreign_serves import ForeignServeWatch
 from .observation import Call, CallTimer, RunObservation, exit_status
-from .registry import ResolvedTransformer
+from .registry import KREA2_SCOPE, ResolvedTransformer
 from .settings import RunPlan
 from .step_clock import StepClock
 from .text_path import TextPathReuse
@@ -115,8 +115,10 @@ class CacheRun:
     parallel = None  # only a run on several devices (``MultiDeviceRun``) has a ParallelOutcome
 
     def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, conds_per_step: int,
-                 host=None, tell_block_index: BlockIndexTeller | None = None, text_reuse_off: str | None = None):
+                 host=None, tell_block_index: BlockIndexTeller | None = None, text_reuse_off: str | None = None,
+                 log_name: str = KREA2_SCOPE.node_name):
         self.target = target
+        self.log_name = log_name  # the node the user placed, which this run's log lines speak for
         # The module the sampler calls (the transformer, or a module around it); calls into any
         # other module (e.g. a copy on another GPU) are not this run's.
         self.host = host if host is not None else target.module
@@ -349,7 +351,7 @@ class CacheRun:
         if self.first_layout is None:
             self.first_layout = self.layout
         else:
-            logger.info("Krea-2 Cache-DiT: call layout changed at step %d (%s); starting a fresh cache there.",
+            logger.info("%s: call layout changed at step %d (%s); starting a fresh cache there.", self.log_name,
                         step, mode)
         self.contexts += 1
         self._context_starts.append(step)

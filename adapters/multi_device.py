@@ -36,7 +36,7 @@ import torch
 from .cache_dit_logs import quiet_cache_dit
 from .cache_run import BlockIndexTeller, CacheRun
 from .observation import ParallelOutcome, RunObservation
-from .registry import ResolvedTransformer
+from .registry import KREA2_SCOPE, ResolvedTransformer
 from .settings import RunPlan
 from .step_clock import StepClock
 
@@ -233,7 +233,7 @@ class MultiDeviceRun:
 
     def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock,
                  tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
-                 text_reuse_off: str | None = None):
+                 text_reuse_off: str | None = None, log_name: str = KREA2_SCOPE.node_name):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
@@ -243,7 +243,8 @@ class MultiDeviceRun:
         for device in devices:
             device_clock = self.clock.for_device(device.label)
             run = CacheRun(device.target, plan, device_clock, conds_per_step=device.conds_per_step,
-                           host=device.host, tell_block_index=tell_block_index, text_reuse_off=text_reuse_off)
+                           host=device.host, tell_block_index=tell_block_index, text_reuse_off=text_reuse_off,
+                           log_name=log_name)
             self.devices.append(DeviceRun(device, run, device_clock, self.consensus))
         self.observations: list[RunObservation] = []
         self.parallel: ParallelOutcome | None = None

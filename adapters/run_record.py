@@ -20,6 +20,7 @@ import torch
 from .calibrators import calibrator_summary
 from .diagnostics import suggest_thresholds
 from .observation import Call, ParallelOutcome, RunObservation
+from .registry import KREA2_SCOPE
 from .settings import RunPlan
 from .strict_json import finite_or_null, replaced_warning
 
@@ -38,6 +39,7 @@ class RunMeta:
     cfg: float = 1.0
     guidance: dict = dataclasses.field(default_factory=dict)  # the guider and the scales it really uses
     warnings: tuple[str, ...] = ()                            # said about the run from outside the engine
+    node_name: str = KREA2_SCOPE.node_name                    # the node the user placed, for the log
 
 
 @dataclasses.dataclass
@@ -127,8 +129,8 @@ class RunRecord:
             data["warnings"].append(replaced_warning(replaced))
         return data
 
-    def log_line(self) -> str:
-        return (f"Krea-2 Cache-DiT [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
+    def log_line(self, node_name: str = KREA2_SCOPE.node_name) -> str:
+        return (f"{node_name} [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
@@ -161,7 +163,8 @@ def record_or_none(plan: RunPlan, clock, model: str, observations: Sequence[RunO
     except Exception:
         if not failing:
             raise
-        logger.exception("Krea-2 Cache-DiT: no stats for this failed run (the run's own error follows)")
+        logger.exception("%s [node %s]: no stats for this failed run (the run's own error follows)", meta.node_name,
+                         meta.node_id)
         return None
 
 

@@ -20,6 +20,7 @@ import dataclasses
 import math
 
 from .calibrators import check_calibrator
+from .registry import KREA2_SCOPE
 
 STEP_MASKS = ("none", "slow", "medium", "fast", "ultra")
 
@@ -115,7 +116,7 @@ def build_step_mask(policy: str, steps: int) -> list[int]:
     raise ValueError(f"steps_mask '{policy}' needs 4, 6 or at least 8 sampling steps; this run has {steps}.")
 
 
-def check_compute_blocks(settings: CacheSettings, num_blocks: int) -> None:
+def check_compute_blocks(settings: CacheSettings, num_blocks: int, node_name: str = KREA2_SCOPE.node_name) -> None:
     """Fn + Bn must leave blocks to cache; say so here rather than in cache-dit's assertion.
 
     With ``Fn + Bn == num_blocks`` no block is left between them: a step cache-dit counts
@@ -125,7 +126,7 @@ def check_compute_blocks(settings: CacheSettings, num_blocks: int) -> None:
         raise ValueError(
             f"Fn_compute_blocks ({settings.Fn_compute_blocks}) + Bn_compute_blocks "
             f"({settings.Bn_compute_blocks}) must be less than the model's {num_blocks} transformer blocks, "
-            f"so that blocks are left to cache; lower them on the Krea-2 Cache-DiT node "
+            f"so that blocks are left to cache; lower them on the {node_name} node "
             f"(at most {num_blocks - 1} together).")
 
 

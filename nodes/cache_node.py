@@ -102,9 +102,10 @@ class Krea2CacheDiT(io.ComfyNode):
     @classmethod
     def _patched(cls, model, settings: CacheSettings) -> io.NodeOutput:
         target = resolve(model.model.diffusion_model, cls.SCOPE)
-        check_compute_blocks(settings, target.cacheable_blocks)
+        check_compute_blocks(settings, target.cacheable_blocks, cls.SCOPE.node_name)
         patched = model.clone()
-        install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or "")))
+        install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""),
+                                        node_name=cls.SCOPE.node_name))
         return io.NodeOutput(patched)
 
 

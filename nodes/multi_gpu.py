@@ -35,8 +35,8 @@ def device_models(devices: list[tuple[str, object]], conds_per_step: int, num_bl
         try:
             target = resolve(host)
         except UnsupportedModelError:
-            return [], (f"Multi-GPU sampling: the model on {label} ({type(host).__name__}) is not a supported "
-                        f"Krea-2 transformer, so it cannot be cached: this run was not cached.")
+            return [], (f"Multi-GPU sampling: the model on {label} ({type(host).__name__}) is not a transformer "
+                        f"this pack caches, so it cannot be cached: this run was not cached.")
         if len(target.family.block_lists) > 1:
             # The devices agree per step where cache-dit asks once per call; with several block
             # lists it asks once per list, which that agreement does not cover.

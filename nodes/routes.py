@@ -51,12 +51,12 @@ def register():
     _registered = True
 
 
-def publish(record: RunRecord):
+def publish(record: RunRecord, node_name: str):
     """One log line, the record in the recent-runs list, and a websocket event for the editor that queued it.
 
     Called on the thread that runs the prompt, while it runs: that is when ComfyUI knows who queued it.
     """
-    logger.info(record.log_line())
+    logger.info(record.log_line(node_name))
     try:
         from server import PromptServer
 

@@ -23,7 +23,7 @@ import comfy.patcher_extension
 
 from ..adapters.cache_run import CacheRun
 from ..adapters.multi_device import DeviceRun, MultiDeviceRun
-from ..adapters.registry import ResolvedTransformer, loop_patches_in, resolve
+from ..adapters.registry import KREA2_SCOPE, ResolvedTransformer, loop_patches_in, resolve
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.step_clock import StepClock, churned_start_sigmas
@@ -45,19 +45,21 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class CacheDiTHolder:
-    """What one Krea2CacheDiT node asked for; immutable, shared by every run of its MODEL."""
+    """What one Cache-DiT node asked for; immutable, shared by every run of its MODEL."""
 
     settings: CacheSettings
     node_id: str
-    # Upstream Krea2CacheDiT nodes on the same model whose settings this one replaces.
-    superseded: tuple[str, ...] = ()
+    # The name of the node the user placed, which the log and warnings speak for (its scope's).
+    node_name: str = KREA2_SCOPE.node_name
+    # Upstream Cache-DiT nodes on the same model whose settings this one replaces: (node id, node name).
+    superseded: tuple[tuple[str, str], ...] = ()
 
 
 def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
     """Attach the holder and wrappers to a MODEL clone (replacing an upstream Cache-DiT node's)."""
     upstream = model.model_options.get(KEY)
     if isinstance(upstream, CacheDiTHolder) and upstream.node_id != holder.node_id:
-        holder = dataclasses.replace(holder, superseded=(*upstream.superseded, upstream.node_id))
+        holder = dataclasses.replace(holder, superseded=(*upstream.superseded, (upstream.node_id, upstream.node_name)))
     for wrapper_type in (WrappersMP.OUTER_SAMPLE, WrappersMP.DIFFUSION_MODEL):
         model.remove_wrappers_with_key(wrapper_type, KEY)
     model.model_options[KEY] = holder  # beside transformer_options, not in it: see _active_runs
@@ -98,7 +100,7 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     plan = plan_run(holder.settings, clock.steps, target.cacheable_blocks)
     guidance = read_guidance(guider)
     meta = RunMeta(node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg, guidance=guidance.as_dict(),
-                   warnings=tuple(_superseding_warnings(holder)))
+                   warnings=tuple(_superseding_warnings(holder)), node_name=holder.node_name)
     _publish_superseded(holder, clock.steps, meta)
     devices, device_refusal = multi_gpu.device_models(multi_gpu.sampling_devices(guider.model_patcher),
                                                       guidance.conds_per_step, target.num_blocks)
@@ -108,15 +110,16 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     if other is not None:
         return _run_uncached(executor, args, kwargs, holder, clock.steps, meta, refusal(other))
     for warning in plan.warnings:
-        logger.warning("Krea-2 Cache-DiT: %s", warning)
+        logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, warning)
     teller = block_index_teller(target)
     text_reuse_off = conditioning_identity.run_refusal(guider)
     if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
-        run = MultiDeviceRun(devices, plan, clock, tell_block_index=teller, text_reuse_off=text_reuse_off)
+        run = MultiDeviceRun(devices, plan, clock, tell_block_index=teller, text_reuse_off=text_reuse_off,
+                             log_name=holder.node_name)
     else:
         run = CacheRun(target, plan, clock, conds_per_step=guidance.conds_per_step,
                        host=guider.model_patcher.model.diffusion_model, tell_block_index=teller,
-                       text_reuse_off=text_reuse_off)
+                       text_reuse_off=text_reuse_off, log_name=holder.node_name)
     _report_steps_to(run.clock, args, kwargs)
     hosts = run.routes() if devices else {id(run.host): run}
     _active_runs.update(hosts)
@@ -129,8 +132,8 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
         # Built here, after cache-dit is off: a failure to build it never hides the run's own error.
         record = record_or_none(plan, clock, target.family.name, run.observations, meta, run.parallel)
         if record is not None:
-            _log_warnings(record, meta.warnings + tuple(clock.warnings()))
-            routes.publish(record)
+            _log_warnings(holder.node_name, record, meta.warnings + tuple(clock.warnings()))
+            routes.publish(record, holder.node_name)
 
 
 def block_index_teller(target: ResolvedTransformer):
@@ -156,9 +159,9 @@ def block_index_teller(target: ResolvedTransformer):
     return tell
 
 
-def _log_warnings(record, warnings) -> None:
+def _log_warnings(node_name: str, record, warnings) -> None:
     for warning in warnings:
-        logger.warning("Krea-2 Cache-DiT [node %s]: %s", record.node_id, warning)
+        logger.warning("%s [node %s]: %s", node_name, record.node_id, warning)
 
 
 def _wrapper_keys(model_patcher) -> list[str]:
@@ -170,26 +173,28 @@ def _wrapper_keys(model_patcher) -> list[str]:
 def _superseding_warnings(holder: CacheDiTHolder) -> list[str]:
     if not holder.superseded:
         return []
-    nodes = ", ".join(holder.superseded)
-    return [f"This node replaces the settings of the Krea-2 Cache-DiT node(s) {nodes} before it on the same model "
-            f"(only the last one applies); remove the one you do not want."]
+    names = dict.fromkeys(name for _, name in holder.superseded)
+    nodes = ", ".join(node_id for node_id, _ in holder.superseded)
+    return [f"This node replaces the settings of the {' / '.join(names)} node(s) {nodes} before it on the same "
+            f"model (only the last one applies); remove the one you do not want."]
 
 
 def _publish_superseded(holder: CacheDiTHolder, steps: int, meta: RunMeta):
-    """A record for each upstream Krea2CacheDiT node this one replaces, so that node says why it did nothing."""
-    for node_id in holder.superseded:
-        reason = (f"Krea-2 Cache-DiT node {holder.node_id} after this one on the same model replaces this node's "
+    """A record for each upstream Cache-DiT node this one replaces, so that node says why it did nothing."""
+    for node_id, node_name in holder.superseded:
+        reason = (f"{holder.node_name} node {holder.node_id} after this one on the same model replaces this node's "
                   f"settings: this node did nothing in this run. Remove one of the two nodes.")
-        logger.warning("Krea-2 Cache-DiT [node %s]: %s", node_id, reason)
-        routes.publish(skipped_record(steps, dataclasses.replace(meta, node_id=node_id, warnings=()), reason))
+        logger.warning("%s [node %s]: %s", node_name, node_id, reason)
+        upstream = dataclasses.replace(meta, node_id=node_id, node_name=node_name, warnings=())
+        routes.publish(skipped_record(steps, upstream, reason), node_name)
 
 
 def _run_uncached(executor, args, kwargs, holder, steps: int, meta: RunMeta, reason: str):
-    logger.warning("Krea-2 Cache-DiT [node %s]: %s", holder.node_id, reason)
+    logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, reason)
     try:
         return executor(*args, **kwargs)
     finally:
-        routes.publish(skipped_record(steps, dataclasses.replace(meta, warnings=()), reason))
+        routes.publish(skipped_record(steps, dataclasses.replace(meta, warnings=()), reason), holder.node_name)
 
 
 # Samplers that evaluate step i's corrector at sigma[i+1] before step i+1 evaluates there (see

@@ -122,3 +122,19 @@ def test_skip_layer_guidance_extra_calls_run_the_models_own_loop(family_server):
     _, record = run(family_server, insert_after_loader(family_prompt("wan", cfg=3.5, seed=81, cache=FAST), "20", slg))
     assert record["cached_steps"] == FAST_8_CACHED and record["calls"] == 8
     assert any("patches_replace.dit" in w for w in record["warnings"]), record["warnings"]
+
+
+# --- the log -----------------------------------------------------------------------------------
+
+def test_the_log_names_the_node_the_user_placed(family_server):
+    """A Wan run of CacheDiTDBCache logs its warning (EasyCache on the same model: the node steps aside)
+    and its summary as that node, not as Krea-2's."""
+    start = len(family_server.log_text())
+    easycache = {"class_type": "EasyCache", "inputs": {"reuse_threshold": 1.5, "start_percent": 0.15,
+                                                       "end_percent": 0.95, "verbose": False}}
+    _, record = run(family_server, insert_after_loader(family_prompt("wan", seed=91, cache=FAST), "20", easycache))
+    assert record["status"] == "skipped" and "EasyCache" in record["warnings"][0]
+    logged = family_server.log_text()[start:]
+    assert f"Cache-DiT DBCache [node 5]: {record['warnings'][0]}" in logged, logged[-3000:]
+    assert "Cache-DiT DBCache [node 5]: cached steps 0/8" in logged, logged[-3000:]
+    assert "Krea-2 Cache-DiT" not in logged

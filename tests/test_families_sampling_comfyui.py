@@ -1,0 +1,87 @@
+"""Samplers that call the model more than once per step, on Wan and Z-Image (real server).
+
+As for Krea-2 (test_sampling_comfyui): each step's first evaluation at ``sigma[i]`` is the call
+cache-dit serves; the sampler's further evaluations of the step (heun's corrector at
+``sigma[i+1]``, dpm_2's midpoint, dpmpp_sde's intermediate sigma) are computed in full beside the
+cache, and with caching off the image is the graph's without the node, bit for bit.
+Wan covers the samplers and CFG layouts; Z-Image (a few seconds a call on 2 CPU cores) heun with
+split CFG (conds of 8 and 13 caption tokens) over 3 steps, with caching off: every call routed as on
+Wan, the further evaluations through the original ``layers``, bit-identical to the graph without
+the node.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comfy_harness import prompt_error
+from family_prompts import FAMILIES, family_prompt
+from test_sampling_comfyui import check_attribution
+
+pytestmark = pytest.mark.comfyui
+
+STEPS = 8
+FAST = {"steps_mask": "fast"}
+FAST_8_CACHED = [3, 5, 6]
+OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
+
+
+def expected_calls(branches_per_call: list[list[int]], steps: int) -> list[tuple[int, list[int], bool]]:
+    """(step, branches, served) of a two-evaluation sampler: each step's first evaluation served, its
+    second computed beside the cache; the last step integrates down to sigma 0 with one evaluation."""
+    calls = []
+    for step in range(steps):
+        calls += [(step, branches, True) for branches in branches_per_call]
+        if step < steps - 1:
+            calls += [(step, branches, False) for branches in branches_per_call]
+    return calls
+
+
+def check_two_evaluation_record(record: dict, family: str, branches_per_call: list[list[int]], mode: str,
+                                steps: int = STEPS, cached_steps: list[int] = FAST_8_CACHED):
+    assert record["status"] == "ok" and record["model"] == family_name(family) and record["steps"] == steps
+    assert record["cfg_mode"] == mode and record["has_separate_cfg"] == (mode == "split")
+    check_attribution(record, streams=len(branches_per_call))
+    assert [(s, b, served) for s, b, served, _, _ in record["call_log"]] == expected_calls(branches_per_call, steps)
+    evaluations = len(branches_per_call) * (2 * steps - 1)
+    assert record["calls"] == evaluations and record["extra_calls"] == evaluations - len(branches_per_call) * steps
+    assert record["cached_steps"] == cached_steps
+
+
+def family_name(family: str) -> str:
+    return FAMILIES[family].name
+
+
+@pytest.mark.parametrize("sampler", ["heun", "dpm_2", "dpmpp_sde"])
+@pytest.mark.parametrize("cfg, neg_tokens, branches, mode", [
+    (1.0, 8, [[0]], "none"), (3.5, 8, [[1, 0]], "batched"), (3.5, 13, [[0], [1]], "split")],
+    ids=["cfg1", "batched", "split"])
+def test_wan_serves_each_steps_first_evaluation_and_computes_the_rest(family_server, sampler, cfg, neg_tokens,
+                                                                      branches, mode):
+    _, [record] = family_server.run_with_stats(
+        family_prompt("wan", cfg=cfg, neg_tokens=neg_tokens, sampler=sampler, cache=FAST, prefix=f"wan_{sampler}"))
+    check_two_evaluation_record(record, "wan", branches, mode)
+
+
+def latents_plain_and_off(server, family: str, **prompt_args) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    plain = server.run(family_prompt(family, prefix=f"{family}_plain", **prompt_args), timeout=900)
+    assert prompt_error(plain) is None, prompt_error(plain)
+    entry, [record] = server.run_with_stats(family_prompt(family, cache=OFF, prefix=f"{family}_off", **prompt_args),
+                                            timeout=900)
+    return server.saved_latent(plain, "7"), server.saved_latent(entry, "7"), record
+
+
+def test_wan_caching_off_with_a_two_evaluation_sampler_is_bit_identical(family_server):
+    """Split CFG: each step is four calls, two served (both computing) and two computed around the cache."""
+    plain, off, record = latents_plain_and_off(family_server, "wan", cfg=3.5, neg_tokens=13, sampler="heun", seed=5)
+    assert record["cached_steps"] == [] and record["calls"] == 2 * (2 * STEPS - 1)
+    assert torch.equal(off, plain)
+
+
+def test_zimage_heun_with_split_cfg_routes_every_call_and_off_is_bit_identical(family_server):
+    plain, off, record = latents_plain_and_off(family_server, "zimage", cfg=3.5, neg_tokens=13, sampler="heun",
+                                               steps=3, seed=5)
+    check_two_evaluation_record(record, "zimage", [[0], [1]], "split", steps=3, cached_steps=[])
+    assert record["block_evals"] == record["calls"] * FAMILIES["zimage"].blocks
+    assert torch.equal(off, plain)

@@ -1,0 +1,99 @@
+"""The Fn residual and cache-dit's threshold decision at Wan's and Z-Image's real sizes (no ComfyUI).
+
+What the pack does with a Fn residual does not depend on the family: its block hooks see each
+family's stack as (batch, tokens, width), as Krea-2's (checked at small size in the comfyui tier).
+What differs at real size is how large that residual gets:
+- Wan 2.1 at 480p, 81 frames: latent 104x60x21, patch 1x2x2, so 52 x 30 x 21 = 32760 video
+  tokens; 50M values at the 1.3B's width 1536, 168M at the 14B's 5120 (twice that with cond and
+  uncond batched).
+- Z-Image at 1024x1024: 64 x 64 = 4096 image tokens and the caption, padded to a multiple of 32, at
+  width 3840: 15.9M values with a caption of up to 32 tokens, *below* 2**24; above it with a
+  caption of more than 272 tokens (17.7M at 512) or cond and uncond batched (31.7M).
+Each case traces two steps' residuals as a run does, and hands the same pair to cache-dit's own
+comparison (``CachedContextManager.similarity``, what decides a cached step), at thresholds just
+above and just below the change the pack reports.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from krea2_cachedit.adapters.diagnostics import SAMPLE_SIZE, StreamTrace, relative_change, sample_index
+
+pytestmark = pytest.mark.tier("realshape")
+
+WAN_480P_81_TOKENS = (104 // 2) * (60 // 2) * 21
+ZIMAGE_1024_IMAGE_TOKENS = (1024 // 16) ** 2
+
+
+def zimage_tokens(caption_tokens: int) -> int:
+    return ZIMAGE_1024_IMAGE_TOKENS + -(-caption_tokens // 32) * 32
+
+
+SHAPES = {  # (batch, tokens, width), and the dtype a real run computes it in
+    "wan14b_480p81_bf16": ((1, WAN_480P_81_TOKENS, 5120), torch.bfloat16),
+    "wan1.3b_480p81_batched_bf16": ((2, WAN_480P_81_TOKENS, 1536), torch.bfloat16),
+    "wan1.3b_480p81_fp32": ((1, WAN_480P_81_TOKENS, 1536), torch.float32),
+    "zimage_1024_batched_bf16": ((2, zimage_tokens(32), 3840), torch.bfloat16),
+    "zimage_1024_caption512_fp32": ((1, zimage_tokens(512), 3840), torch.float32),
+}
+
+
+def numel(shape) -> int:
+    batch, tokens, width = shape
+    return batch * tokens * width
+
+
+def test_the_real_sizes_are_where_float32_index_arithmetic_breaks():
+    assert WAN_480P_81_TOKENS == 32760
+    assert all(numel(shape) > 2 ** 24 for shape, _ in SHAPES.values())
+    # One short-caption Z-Image 1024x1024 call alone stays below: only batching or a long caption crosses.
+    assert numel((1, zimage_tokens(32), 3840)) < 2 ** 24 < numel((1, zimage_tokens(288), 3840))
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_sample_positions_stay_inside_the_residual(name):
+    shape, _ = SHAPES[name]
+    index = sample_index(numel(shape))
+    assert index.dtype == torch.int64 and index.numel() == SAMPLE_SIZE
+    assert int(index[0]) == 0 and int(index[-1]) == numel(shape) - 1
+    assert bool((index[1:] > index[:-1]).all())
+
+
+def cache_dit_decides(reference: torch.Tensor, current: torch.Tensor, threshold: float) -> tuple[bool, float]:
+    """cache-dit's own comparison of two Fn residuals: (cached?, the change it recorded)."""
+    import cache_dit
+    from cache_dit.caching.cache_contexts.cache_manager import CachedContextManager
+
+    manager = CachedContextManager("realshape")
+    manager.new_context(name="stream", cache_config=cache_dit.DBCacheConfig(residual_diff_threshold=threshold))
+    manager.set_context("stream")
+    cached = manager.similarity(reference, current, threshold=threshold)
+    [recorded] = manager.get_residual_diffs().values()
+    return cached, recorded
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_the_traced_change_is_the_one_cache_dit_decides_on(name):
+    shape, dtype = SHAPES[name]
+    generator = torch.Generator().manual_seed(0)
+    first = torch.randn(shape, generator=generator, dtype=dtype)
+    second = first + 0.05 * torch.randn(shape, generator=generator, dtype=dtype)
+    trace = StreamTrace((1, 0) if shape[0] == 2 else (0,), context=0, start_step=0)
+    trace.observe(0, first)
+    trace.finish(0, cached=False)
+    trace.observe(1, second)
+    change = trace.measured_diffs()[1]
+    assert 0.03 < change < 0.07
+    flat = second.reshape(-1)
+    assert float(trace.samples[1][-1]) == float(flat[-1]), "the last sample is the residual's last value"
+    del flat
+    # cache-dit, given the same pair: the very value the pack reports, cached just above it and not below.
+    above, recorded = cache_dit_decides(first, second, threshold=change * 1.01)
+    below, _ = cache_dit_decides(first, second, threshold=change * 0.99)
+    assert recorded == change == float(relative_change(first, second))
+    assert (above, below) == (True, False)
+    trace.finish(1, cached=True)
+    trace.release()
+    assert trace.held_residuals() == 0

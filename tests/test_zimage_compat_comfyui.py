@@ -1,0 +1,110 @@
+"""Z-Image through CacheDiTDBCache with what users put around a cache node: a LoRA, TorchCompileModel
+and multi-GPU sampling (real server, the shallow seeded-random Z-Image of tests/comfy_models.py).
+
+Wan runs the full set of these (test_families_compat_comfyui); a Z-Image run takes 40-60 s on 2 CPU
+cores, so each check here is the cheapest run that shows it on Z-Image's own path: its LoRA keys,
+its model compiled around the wrapped ``layers``, its deep clone on a second device.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comfy_models import FAMILY_MODELS
+from family_prompts import family_prompt
+from krea2_prompts import with_lora
+from test_families_compat_comfyui import insert_after_loader, run
+
+pytestmark = pytest.mark.comfyui
+
+FAST = {"steps_mask": "fast"}
+FAST_8_CACHED = [3, 5, 6]
+OFF = {"residual_diff_threshold": 0.0}
+LORA = "zimage_shallow_lora.safetensors"
+SEED = 51
+
+
+@pytest.fixture(scope="module")
+def eager(family_server) -> tuple[torch.Tensor, dict]:
+    """The reference: CFG 1, mask fast, no LoRA, not compiled."""
+    return run(family_server, family_prompt("zimage", cache=FAST, seed=SEED, prefix="zimage_eager"))
+
+
+# --- LoRA -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lora(family_server):
+    """A rank-4 LoRA on both main layers' attention output and FFN output, in ComfyUI's native key names.
+
+    Sized so that each update is about as large as the weight it changes (std 1/sqrt(fan_in)).
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    checkpoint = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["zimage"]
+    generator = torch.Generator().manual_seed(13)
+    weights = {}
+    with safe_open(str(checkpoint), "pt") as stored:
+        for block in range(2):
+            for layer in ("attention.out", "feed_forward.w2"):
+                name = f"layers.{block}.{layer}"
+                rows, cols = stored.get_slice(f"{name}.weight").get_shape()
+                scale = (0.5 / cols ** 0.5) ** 0.5
+                weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
+                weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
+    save_file(weights, str(family_server.base_dir / "models" / "loras" / LORA))
+    return LORA
+
+
+def test_a_lora_in_zimages_own_keys_changes_the_image_and_the_node_still_caches(family_server, eager, lora):
+    reference, _ = eager
+    start = len(family_server.log_text())
+    latent, record = run(family_server, with_lora(family_prompt("zimage", cache=FAST, seed=SEED, prefix="zimage_lora"),
+                                                  lora, 1.0, "lora_first"))
+    assert record["cached_steps"] == FAST_8_CACHED and record["model"] == "Z-Image / Lumina 2 (ComfyUI native)"
+    assert torch.isfinite(latent).all()
+    assert not torch.equal(latent, reference), "the LoRA must change the result, or the check says nothing"
+    # ComfyUI's loader found its keys (an unmatched key is logged and changes nothing).
+    assert "lora key not loaded" not in family_server.log_text()[start:]
+
+
+# --- TorchCompileModel --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("place", ["before", "after"])
+def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(family_server, eager, place):
+    reference, eager_record = eager
+    prompt = family_prompt("zimage", cache=FAST, seed=SEED, prefix=f"zimage_compiled_{place}")
+    compile_node = {"class_type": "TorchCompileModel", "inputs": {"backend": "inductor"}}
+    if place == "before":
+        insert_after_loader(prompt, "20", compile_node)
+    else:
+        prompt["20"] = {**compile_node, "inputs": {"model": ["5", 0], **compile_node["inputs"]}}
+        prompt["6"]["inputs"]["model"] = ["20", 0]
+    compiled, record = run(family_server, prompt)
+    assert record["cached_steps"] == eager_record["cached_steps"] == FAST_8_CACHED
+    assert record["block_evals"] == eager_record["block_evals"]
+    assert float((compiled - reference).norm() / reference.norm()) < 1e-3
+
+
+# --- multi-GPU ----------------------------------------------------------------------------------
+
+def two_device_prompt(cache, prefix):
+    """Split CFG (8 and 13 caption tokens) with a second device copy: cond on one device, uncond on the other."""
+    prompt = family_prompt("zimage", cfg=3.5, neg_tokens=13, cache=cache, seed=71, prefix=prefix)
+    return insert_after_loader(prompt, "20", {"class_type": "Krea2TestMultiGPU", "inputs": {}})
+
+
+def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(family_server):
+    plain, _ = run(family_server, two_device_prompt(None, "zimage_mgpu_plain"), node_id=None)
+    off, off_record = run(family_server, two_device_prompt(OFF, "zimage_mgpu_off"))
+    assert off_record["device_count"] == 2 and off_record["cached_steps"] == []
+    assert torch.equal(off, plain)
+    _, record = run(family_server, two_device_prompt(FAST, "zimage_mgpu_fast"))
+    devices = {d["device"]: d for d in record["devices"]}
+    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == "Z-Image / Lumina 2 (ComfyUI native)"
+    assert len({d["module_id"] for d in devices.values()}) == 2
+    for label, branch in (("cpu", 0), ("cpu:1", 1)):
+        assert devices[label]["cached_steps"] == FAST_8_CACHED
+        assert {tuple(entry[1]) for entry in devices[label]["call_log"]} == {(branch,)}
+    assert record["cached_steps"] == FAST_8_CACHED and record["cfg_mode"] == "split"
