@@ -1,4 +1,4 @@
-"""Samplers that call the model more than once per step, on Wan and Z-Image (real server).
+"""Samplers that call the model more than once per step, on Wan, Z-Image, Qwen-Image and Flux (real server).
 
 As for Krea-2 (test_sampling_comfyui): each step's first evaluation at ``sigma[i]`` is the call
 cache-dit serves; the sampler's further evaluations of the step (heun's corrector at
@@ -7,7 +7,8 @@ cache, and with caching off the image is the graph's without the node, bit for b
 Wan covers the samplers and CFG layouts; Z-Image (a few seconds a call on 2 CPU cores) heun with
 split CFG (conds of 8 and 13 caption tokens) over 3 steps, with caching off: every call routed as on
 Wan, the further evaluations through the original ``layers``, bit-identical to the graph without
-the node.
+the node. Flux.1 and Flux.2 (two block lists, tiny): heun with split CFG, a mask cached in both lists
+and caching off bit-identical; Qwen-Image (3072 wide): heun at CFG 1 over 3 steps with caching off.
 """
 
 from __future__ import annotations
@@ -84,4 +85,28 @@ def test_zimage_heun_with_split_cfg_routes_every_call_and_off_is_bit_identical(f
                                                steps=3, seed=5)
     check_two_evaluation_record(record, "zimage", [[0], [1]], "split", steps=3, cached_steps=[])
     assert record["block_evals"] == record["calls"] * FAMILIES["zimage"].blocks
+    assert torch.equal(off, plain)
+
+
+@pytest.mark.parametrize("family", ["flux1", "flux2"])
+def test_flux_heun_with_split_cfg_serves_first_evaluations_and_off_is_bit_identical(family_server, family):
+    """Two block lists: the calls cache-dit serves go through both lists' wrappers, the corrector calls
+    through the original lists; a masked step is cached in both lists, and off equals no node."""
+    neg_tokens = FAMILIES[family].split_tokens
+    _, [record] = family_server.run_with_stats(
+        family_prompt(family, cfg=3.5, neg_tokens=neg_tokens, sampler="heun", cache=FAST, prefix=f"{family}_heun"))
+    check_two_evaluation_record(record, family, [[0], [1]], "split")
+    assert [(blocks["blocks"], blocks["cached_steps"]) for blocks in record["block_lists"]] == \
+        [("double_blocks", FAST_8_CACHED), ("single_blocks", FAST_8_CACHED)]
+    plain, off, record = latents_plain_and_off(family_server, family, cfg=3.5, neg_tokens=neg_tokens,
+                                               sampler="heun", seed=5)
+    assert record["cached_steps"] == [] and record["block_evals"] == record["calls"] * FAMILIES[family].blocks
+    assert torch.equal(off, plain)
+
+
+def test_qwen_image_heun_routes_every_call_and_off_is_bit_identical(family_server):
+    """CFG 1 over 3 steps (Qwen-Image is 3072 wide even when shallow): routed as on Wan, off = no node."""
+    plain, off, record = latents_plain_and_off(family_server, "qwen_image", cfg=1.0, sampler="heun", steps=3, seed=5)
+    check_two_evaluation_record(record, "qwen_image", [[0]], "none", steps=3, cached_steps=[])
+    assert record["block_evals"] == record["calls"] * FAMILIES["qwen_image"].blocks
     assert torch.equal(off, plain)

@@ -1,9 +1,11 @@
-"""Z-Image through CacheDiTDBCache with what users put around a cache node: a LoRA, TorchCompileModel
-and multi-GPU sampling (real server, the shallow seeded-random Z-Image of tests/comfy_models.py).
+"""Z-Image and Flux through CacheDiTDBCache with what users put around a cache node: a LoRA,
+TorchCompileModel and multi-GPU sampling (real server, the seeded-random models of tests/comfy_models.py).
 
 Wan runs the full set of these (test_families_compat_comfyui); a Z-Image run takes 40-60 s on 2 CPU
 cores, so each check here is the cheapest run that shows it on Z-Image's own path: its LoRA keys,
-its model compiled around the wrapped ``layers``, its deep clone on a second device.
+its model compiled around the wrapped ``layers``, its deep clone on a second device. Flux.1 (tiny,
+two block lists) runs the LoRA and compile checks: its LoRA keys in both lists, its model compiled
+around both wrapped lists (multi-GPU sampling of Flux is refused, see test_families_flux_comfyui).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 import torch
 
 from comfy_models import FAMILY_MODELS
-from family_prompts import family_prompt
+from family_prompts import FAMILIES, family_prompt
 from krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader, run
 
@@ -21,48 +23,55 @@ pytestmark = pytest.mark.comfyui
 FAST = {"steps_mask": "fast"}
 FAST_8_CACHED = [3, 5, 6]
 OFF = {"residual_diff_threshold": 0.0}
-LORA = "zimage_shallow_lora.safetensors"
 SEED = 51
+# The weights a test LoRA changes, in each family's native names: attention and MLP outputs.
+LORA_LAYERS = {
+    "zimage": [f"layers.{block}.{layer}" for block in range(2) for layer in ("attention.out", "feed_forward.w2")],
+    "flux1": [*(f"double_blocks.{block}.img_attn.proj" for block in range(2)),
+              *(f"single_blocks.{block}.linear2" for block in range(3))],
+}
+families = pytest.mark.parametrize("family", list(LORA_LAYERS), scope="module")
 
 
 @pytest.fixture(scope="module")
-def eager(family_server) -> tuple[torch.Tensor, dict]:
+def eager(family_server, family) -> tuple[torch.Tensor, dict]:
     """The reference: CFG 1, mask fast, no LoRA, not compiled."""
-    return run(family_server, family_prompt("zimage", cache=FAST, seed=SEED, prefix="zimage_eager"))
+    return run(family_server, family_prompt(family, cache=FAST, seed=SEED, prefix=f"{family}_eager"))
 
 
 # --- LoRA -------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def lora(family_server):
-    """A rank-4 LoRA on both main layers' attention output and FFN output, in ComfyUI's native key names.
+def lora(family_server, family):
+    """A rank-4 LoRA on ``LORA_LAYERS`` of ``family``, in ComfyUI's native key names.
 
     Sized so that each update is about as large as the weight it changes (std 1/sqrt(fan_in)).
     """
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    checkpoint = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["zimage"]
+    checkpoint = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[family]
     generator = torch.Generator().manual_seed(13)
     weights = {}
     with safe_open(str(checkpoint), "pt") as stored:
-        for block in range(2):
-            for layer in ("attention.out", "feed_forward.w2"):
-                name = f"layers.{block}.{layer}"
-                rows, cols = stored.get_slice(f"{name}.weight").get_shape()
-                scale = (0.5 / cols ** 0.5) ** 0.5
-                weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
-                weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
-    save_file(weights, str(family_server.base_dir / "models" / "loras" / LORA))
-    return LORA
+        for name in LORA_LAYERS[family]:
+            rows, cols = stored.get_slice(f"{name}.weight").get_shape()
+            scale = (0.5 / cols ** 0.5) ** 0.5
+            weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
+            weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
+    name = f"{family}_test_lora.safetensors"
+    save_file(weights, str(family_server.base_dir / "models" / "loras" / name))
+    return name
 
 
-def test_a_lora_in_zimages_own_keys_changes_the_image_and_the_node_still_caches(family_server, eager, lora):
+@families
+def test_a_lora_in_the_familys_own_keys_changes_the_image_and_the_node_still_caches(family_server, family, eager,
+                                                                                   lora):
     reference, _ = eager
     start = len(family_server.log_text())
-    latent, record = run(family_server, with_lora(family_prompt("zimage", cache=FAST, seed=SEED, prefix="zimage_lora"),
+    latent, record = run(family_server, with_lora(family_prompt(family, cache=FAST, seed=SEED, prefix=f"{family}_lora"),
                                                   lora, 1.0, "lora_first"))
-    assert record["cached_steps"] == FAST_8_CACHED and record["model"] == "Z-Image / Lumina 2 (ComfyUI native)"
+    assert record["cached_steps"] == FAST_8_CACHED and record["model"] == FAMILIES[family].name
     assert torch.isfinite(latent).all()
     assert not torch.equal(latent, reference), "the LoRA must change the result, or the check says nothing"
     # ComfyUI's loader found its keys (an unmatched key is logged and changes nothing).
@@ -71,10 +80,11 @@ def test_a_lora_in_zimages_own_keys_changes_the_image_and_the_node_still_caches(
 
 # --- TorchCompileModel --------------------------------------------------------------------------
 
+@families
 @pytest.mark.parametrize("place", ["before", "after"])
-def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(family_server, eager, place):
+def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(family_server, family, eager, place):
     reference, eager_record = eager
-    prompt = family_prompt("zimage", cache=FAST, seed=SEED, prefix=f"zimage_compiled_{place}")
+    prompt = family_prompt(family, cache=FAST, seed=SEED, prefix=f"{family}_compiled_{place}")
     compile_node = {"class_type": "TorchCompileModel", "inputs": {"backend": "inductor"}}
     if place == "before":
         insert_after_loader(prompt, "20", compile_node)
