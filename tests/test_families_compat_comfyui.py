@@ -1,5 +1,7 @@
-"""Wan through CacheDiTDBCache with what users put around a cache node: LoRA, TorchCompileModel,
-multi-GPU sampling and skip layer guidance (real server, the tiny seeded-random Wan).
+"""Wan through CacheDiTDBCache with what users put around a cache node: LoRA before or after the node,
+skip layer guidance, ControlNet-style patches and another step cache (real server, the tiny
+seeded-random Wan). TorchCompileModel and multi-GPU sampling on Wan and the other families are in
+test_families_compat_more_comfyui.
 
 The routing these exercise does not depend on the family; Wan is the one cheap to run (a Z-Image
 run takes 40-60 s on 2 CPU cores, see test_families_comfyui).
@@ -67,44 +69,6 @@ def test_a_lora_before_or_after_the_node_gives_the_same_image(family_server, lor
     assert torch.equal(before, after)
     assert before_record["cached_steps"] == after_record["cached_steps"] == FAST_8_CACHED
     assert not torch.equal(before, no_lora), "the LoRA must change the result, or the check says nothing"
-
-
-# --- TorchCompileModel --------------------------------------------------------------------------
-
-@pytest.mark.parametrize("place", ["before", "after"])
-def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(family_server, place):
-    eager, eager_record = run(family_server, family_prompt("wan", cache=FAST, seed=61, prefix="eager"))
-    prompt = family_prompt("wan", cache=FAST, seed=61, prefix=f"compiled_{place}")
-    compile_node = {"class_type": "TorchCompileModel", "inputs": {"backend": "inductor"}}
-    if place == "before":
-        insert_after_loader(prompt, "20", compile_node)
-    else:
-        prompt["20"] = {**compile_node, "inputs": {"model": ["5", 0], **compile_node["inputs"]}}
-        prompt["6"]["inputs"]["model"] = ["20", 0]
-    compiled, record = run(family_server, prompt)
-    assert record["cached_steps"] == eager_record["cached_steps"] == FAST_8_CACHED
-    assert record["block_evals"] == eager_record["block_evals"]
-    assert float((compiled - eager).norm() / eager.norm()) < 1e-3
-
-
-# --- multi-GPU ----------------------------------------------------------------------------------
-
-def two_device_prompt(cache, prefix):
-    """Split CFG (a 13-token negative) with a second device copy: cond on one device, uncond on the other."""
-    prompt = family_prompt("wan", cfg=3.5, neg_tokens=13, cache=cache, seed=71, prefix=prefix)
-    return insert_after_loader(prompt, "20", {"class_type": "Krea2TestMultiGPU", "inputs": {}})
-
-
-def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(family_server):
-    plain, _ = run(family_server, two_device_prompt(None, "mgpu_plain"), node_id=None)
-    off, off_record = run(family_server, two_device_prompt(OFF, "mgpu_off"))
-    assert off_record["device_count"] == 2 and off_record["cached_steps"] == []
-    assert torch.equal(off, plain)
-    _, record = run(family_server, two_device_prompt(FAST, "mgpu_fast"))
-    devices = {d["device"]: d for d in record["devices"]}
-    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == "Wan 2.1/2.2 (ComfyUI native)"
-    assert all(d["cached_steps"] == FAST_8_CACHED for d in devices.values())
-    assert record["cached_steps"] == FAST_8_CACHED and record["cfg_mode"] == "split"
 
 
 # --- skip layer guidance ----------------------------------------------------------------------

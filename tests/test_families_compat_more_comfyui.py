@@ -1,11 +1,12 @@
-"""Z-Image and Flux through CacheDiTDBCache with what users put around a cache node: a LoRA,
-TorchCompileModel and multi-GPU sampling (real server, the seeded-random models of tests/comfy_models.py).
+"""The other families through CacheDiTDBCache with what users put around a cache node: a LoRA in the
+family's own keys, TorchCompileModel and multi-GPU sampling (real server, the seeded-random models of
+tests/comfy_models.py).
 
-Wan runs the full set of these (test_families_compat_comfyui); a Z-Image run takes 40-60 s on 2 CPU
-cores, so each check here is the cheapest run that shows it on Z-Image's own path: its LoRA keys,
-its model compiled around the wrapped ``layers``, its deep clone on a second device. Flux.1 (tiny,
-two block lists) runs the LoRA and compile checks: its LoRA keys in both lists, its model compiled
-around both wrapped lists (multi-GPU sampling of Flux is refused, see test_families_flux_comfyui).
+TorchCompileModel before and after the node on Wan, Z-Image and Flux.1 (its model compiled around
+both wrapped lists); two devices on Wan and Z-Image (multi-GPU sampling of Flux is refused, see
+test_families_flux_comfyui); a LoRA in native keys on Z-Image and Flux.1 (both lists; Wan's LoRA
+tests, before and after the node, are in test_families_compat_comfyui). A Z-Image run takes 40-60 s
+on 2 CPU cores, so each check is the cheapest run that shows it on the family's own path.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ LORA_LAYERS = {
     "flux1": [*(f"double_blocks.{block}.img_attn.proj" for block in range(2)),
               *(f"single_blocks.{block}.linear2" for block in range(3))],
 }
-families = pytest.mark.parametrize("family", list(LORA_LAYERS), scope="module")
+lora_families = pytest.mark.parametrize("family", list(LORA_LAYERS), scope="module")
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,7 @@ def lora(family_server, family):
     return name
 
 
-@families
+@lora_families
 def test_a_lora_in_the_familys_own_keys_changes_the_image_and_the_node_still_caches(family_server, family, eager,
                                                                                    lora):
     reference, _ = eager
@@ -80,7 +81,7 @@ def test_a_lora_in_the_familys_own_keys_changes_the_image_and_the_node_still_cac
 
 # --- TorchCompileModel --------------------------------------------------------------------------
 
-@families
+@pytest.mark.parametrize("family", ["wan", "zimage", "flux1"], scope="module")
 @pytest.mark.parametrize("place", ["before", "after"])
 def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(family_server, family, eager, place):
     reference, eager_record = eager
@@ -99,20 +100,21 @@ def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(fami
 
 # --- multi-GPU ----------------------------------------------------------------------------------
 
-def two_device_prompt(cache, prefix):
+def two_device_prompt(family, cache, prefix):
     """Split CFG (8 and 13 caption tokens) with a second device copy: cond on one device, uncond on the other."""
-    prompt = family_prompt("zimage", cfg=3.5, neg_tokens=13, cache=cache, seed=71, prefix=prefix)
+    prompt = family_prompt(family, cfg=3.5, neg_tokens=13, cache=cache, seed=71, prefix=f"{family}_{prefix}")
     return insert_after_loader(prompt, "20", {"class_type": "Krea2TestMultiGPU", "inputs": {}})
 
 
-def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(family_server):
-    plain, _ = run(family_server, two_device_prompt(None, "zimage_mgpu_plain"), node_id=None)
-    off, off_record = run(family_server, two_device_prompt(OFF, "zimage_mgpu_off"))
+@pytest.mark.parametrize("family", ["wan", "zimage"])
+def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(family_server, family):
+    plain, _ = run(family_server, two_device_prompt(family, None, "mgpu_plain"), node_id=None)
+    off, off_record = run(family_server, two_device_prompt(family, OFF, "mgpu_off"))
     assert off_record["device_count"] == 2 and off_record["cached_steps"] == []
     assert torch.equal(off, plain)
-    _, record = run(family_server, two_device_prompt(FAST, "zimage_mgpu_fast"))
+    _, record = run(family_server, two_device_prompt(family, FAST, "mgpu_fast"))
     devices = {d["device"]: d for d in record["devices"]}
-    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == "Z-Image / Lumina 2 (ComfyUI native)"
+    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == FAMILIES[family].name
     assert len({d["module_id"] for d in devices.values()}) == 2
     for label, branch in (("cpu", 0), ("cpu:1", 1)):
         assert devices[label]["cached_steps"] == FAST_8_CACHED
