@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
 from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt  # noqa: E402
-from spread import (MIN_REPEATS, Spread, above_ideal, at_least, keep_repeating, paired_ratios, show,  # noqa: E402
-                    spread, within)
+from spread import (MIN_REPEATS, Spread, above_ideal, at_least, caching_efficiency, keep_repeating,  # noqa: E402
+                    paired_ratios, show, spread, within)
 
 load_pack()  # imports no ComfyUI: for the pack's own image metric, the one the compare node reports
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
@@ -247,7 +247,8 @@ def summarize(results: dict, decode=None) -> list[dict]:
         wall = Spread(1.0, 1.0, 1.0) if result is reference else walls[name]
         caching_off = results.get(reference_case(name).replace("uncached", "caching off"))
         estimate = estimate_error(result, caching_off)
-        efficiency = caching_efficiency(result, caching_off or reference, ideal) if ideal > 1.0 else None
+        baseline = caching_off or reference  # without a caching-off case: the graph without the node
+        efficiency = caching_efficiency(result["times"], baseline["times"], ideal) if ideal > 1.0 else None
         rows.append({"case": name, "steps": case.steps, "cfg": case.cfg, "seconds": time_,
                      "cached": f"{len(stats['cached_steps'])}/{stats['steps']}" if stats else "-",
                      "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall.median,
@@ -256,13 +257,6 @@ def summarize(results: dict, decode=None) -> list[dict]:
                      "wall_spread": wall, "efficiency_spread": efficiency,
                      "estimate_error": estimate.median if estimate is not None else None, "estimate_spread": estimate})
     return rows
-
-
-def caching_efficiency(result: dict, baseline: dict, ideal: float) -> Spread:
-    """What caching returns of the blocks it skips: the speedup over ``baseline``, per repeat, over the
-    ideal. The baseline is the same graph with caching off (it carries the node's own per-call cost and
-    its text-path reuse as well), or the graph without the node when there is no such case."""
-    return spread(paired_ratios(baseline["times"], result["times"])).scaled(1 / ideal)
 
 
 def estimate_error(result: dict, caching_off: dict | None) -> Spread | None:

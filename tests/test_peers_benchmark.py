@@ -141,4 +141,10 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     assert written["conditions"]["projection"]["shares"]["text"] == pytest.approx(6 / 36)
     checks = peers.target_checks(rows, [comparisons, comparisons["projected"]])
     assert any(line.startswith("check: turbo: the node's own cost") for line in checks), checks
+    # A caching row's share of its ideal: over caching off, repeat by repeat (as the demo judges its rows).
+    cached, off = by_case["turbo Cache-DiT threshold 0.24"], by_case["turbo Cache-DiT caching off 0"]
+    assert cached["ideal"] > 1.0 and len(cached["times"]) == len(off["times"]) == cached["runs"]
+    share = peers.caching_efficiency(cached["times"], off["times"], cached["ideal"]).median
+    assert any(line.startswith(f"check: {cached['case']}: {share:.0%} of its ideal over caching off")
+               for line in checks), checks
     assert any("(projected): a faster node setting" in line for line in checks), checks
