@@ -32,18 +32,21 @@ class BlockList:
     # get a copy there, or every residual it keeps is zero.
     adds_in_place: bool = False
 
+    def _pattern(self):
+        import cache_dit
+
+        return getattr(cache_dit.ForwardPattern, self.forward_pattern)
+
     @property
     def hidden_args(self) -> int:
-        """How many leading positional arguments cache-dit passes a block as hidden states."""
-        return 1 if self.forward_pattern in ("Pattern_3", "Pattern_4", "Pattern_5") else 2
+        """How many leading positional arguments cache-dit passes a block as hidden states (the pattern's inputs)."""
+        return len(self._pattern().In)
 
     @property
     def hidden_output_index(self) -> int:
         """Where a block's output tuple holds the image (hidden) stream, as the forward pattern says:
         Pattern_1 blocks (Qwen-Image) return (encoder, hidden). The Fn residual is measured on that stream."""
-        import cache_dit
-
-        return getattr(cache_dit.ForwardPattern, self.forward_pattern).Out.index("hidden_states")
+        return self._pattern().Out.index("hidden_states")
 
 
 @dataclasses.dataclass(frozen=True)
