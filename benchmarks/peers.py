@@ -25,6 +25,11 @@ uncached time / median time, ComfyUI's own execution times), and MAE/255 and PSN
 image against the uncached image of the same seed. Then, per regime: at each peer setting, the
 node setting with the lowest MAE among those at least as fast (within 5%).
 
+The node's own cost (caching off with the text path on every call, against no node) is a margin of
+1%, below what one repeat varies on a CPU: after the table, no node, caching off and that case run
+back to back ``--own-cost-repeats`` times (30), and its check reads the median of the per-repeat
+ratios with a 95% confidence interval (``spread.median_interval``).
+
 It writes ``peers.json`` (the table) and ``peers.png`` (wall-clock speedup against MAE, one curve
 per method) to ``benchmarks/results/``, and prints the table as Markdown for the README. A small
 model on procedural images: figures of **dynamics on the proxy, not Krea-2 quality**.
@@ -52,7 +57,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from speedup import Case, run_prompt  # noqa: E402  (also puts tests/ on the path and loads the pack)
-from spread import Spread, at_least, caching_efficiency, paired_ratios, show, spread  # noqa: E402
+from spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,  # noqa: E402
+                    paired_ratios, show, spread)
 
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
 from krea2_cachedit.adapters.strict_json import dumps as strict_json  # noqa: E402
@@ -273,6 +279,39 @@ def measure(server: ComfyServer, cases: list[PeerCase], images, repeats: int, de
     return summarize(cases, times, samples, decode)
 
 
+# The node's own cost is a margin of 1%: no single repeat shows it on a CPU whose runs vary by a few
+# percent, but the median of many tightly interleaved pairs does (spread.median_interval).
+OWN_COST_PAIRS = 30
+
+
+def own_cost_cases(cases: list[PeerCase], regime: str) -> list[PeerCase]:
+    """No node, the node caching nothing, and the same with the text path on every call."""
+    methods = (UNCACHED, CACHING_OFF, CACHING_OFF_FULL_TEXT)
+    return [next(c for c in cases if c.regime == regime and c.method == m) for m in methods]
+
+
+def measure_own_cost(server: ComfyServer, cases: list[PeerCase], images, pairs: int, progress=print) -> dict:
+    """Per regime: the three cases of ``own_cost_cases`` back to back, ``pairs`` times (order reversed every
+    other time, the images taken in turn), so each repeat's times are seconds apart and the node's
+    own cost is read from the median of per-repeat ratios. Cases already warmed up by ``measure``."""
+    result = {}
+    for regime in dict.fromkeys(c.regime for c in cases):
+        trio = own_cost_cases(cases, regime)
+        progress(f"The node's own cost, {regime}: {pairs} interleaved repeats of {len(trio)} cases ...")
+        times = {c.method: [] for c in trio}
+        for rep in range(pairs):
+            for c in (trio if rep % 2 == 0 else trio[::-1]):
+                times[c.method].append(run_case(server, c, images[rep % len(images)]).seconds)
+        result[regime] = {"pairs": pairs, "times": times}
+    return result
+
+
+def own_cost_interval(times: dict, method: str) -> Spread:
+    """Wall speedup of ``method`` over no node (below 1: it costs), median of the per-repeat ratios, with
+    its confidence interval."""
+    return median_interval(paired_ratios(times[UNCACHED], times[method]))
+
+
 def reference_of(cases: list[PeerCase], regime: str) -> PeerCase:
     (reference,) = [c for c in cases if c.regime == regime and c.method == UNCACHED]
     return reference
@@ -424,14 +463,33 @@ def _wall_spread(row: dict) -> Spread:
     return Spread(*row["wall_spread"])
 
 
-def target_checks(rows: list[dict], comparisons: list[dict]) -> list[str]:
+def own_cost_check(regime: str, measured: dict) -> list[str]:
+    """The node's own cost from the interleaved pairs, with a confidence interval that decides the margin;
+    the node caching nothing with its text-path reuse beside it (what a user pays with caching off)."""
+    full, off = (own_cost_interval(measured["times"], m) for m in (CACHING_OFF_FULL_TEXT, CACHING_OFF))
+    verdict = show(interval_at_least(full, 1 - NODE_COST_CEILING), full)
+    return [f"check: {regime}: the node's own cost (caching off, text path every call) {_cost(full)} over no node "
+            f"(at most {NODE_COST_CEILING:.0%}: {verdict}; {measured['pairs']} interleaved repeats)",
+            f"{regime}: caching off with the text path reused, over no node: {_cost(off)}"]
+
+
+def _cost(interval: Spread) -> str:
+    """A wall speedup below 1 as the extra time it means, with its confidence interval."""
+    return (f"{1 / interval.median - 1:+.1%} ({CONFIDENCE:.0%} interval {1 / interval.high - 1:+.1%} "
+            f"to {1 / interval.low - 1:+.1%})")
+
+
+def target_checks(rows: list[dict], comparisons: list[dict], own_cost: dict | None = None) -> list[str]:
     """``check:`` lines: the node's own cost and each caching row's share of its ideal, per regime, then
-    the race against the peers on each basis (measured wall clock, projected)."""
+    the race against the peers on each basis (measured wall clock, projected). The own cost comes from
+    ``measure_own_cost``'s pairs where the run has them (``own_cost``), else from the rows' repeats."""
     lines = []
     for regime in sorted({r["regime"] for r in rows}):
         of_regime = [r for r in rows if r["regime"] == regime]
+        if own_cost and regime in own_cost:
+            lines += own_cost_check(regime, own_cost[regime])
         for row in of_regime:
-            if row["method"] == CACHING_OFF_FULL_TEXT:
+            if row["method"] == CACHING_OFF_FULL_TEXT and not (own_cost and regime in own_cost):
                 wall = _wall_spread(row)
                 verdict = show(at_least(wall, 1 - NODE_COST_CEILING), wall)
                 lines.append(f"check: {regime}: the node's own cost (caching off, text path every call) "
@@ -567,11 +625,12 @@ def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | Non
 
 
 def write_results(rows: list[dict], comparisons: dict, info: dict, out_dir: Path,
-                  stem: str = "peers") -> tuple[Path, Path, dict[str, list[str]]]:
+                  stem: str = "peers", own_cost: dict | None = None) -> tuple[Path, Path, dict[str, list[str]]]:
     """The table as JSON and the plot as PNG; also returns the curves drawn per regime."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
-    json_path.write_text(strict_json({"conditions": info, "rows": rows, "comparisons": comparisons}, indent=1) + "\n")
+    written = {"conditions": info, "rows": rows, "comparisons": comparisons, "own_cost": own_cost or {}}
+    json_path.write_text(strict_json(written, indent=1) + "\n")
     drawn = plot(rows, png_path, f"Krea-2 proxy (small trained model, {info['device']}, {info['threads']} thread(s)), "
                                  f"{info['date']}: proxy figures, dynamics, not Krea-2 quality")
     return json_path, png_path, drawn
@@ -594,17 +653,19 @@ def run(args) -> tuple[list[dict], dict]:
     (base / "models" / "diffusion_models" / PROXY_MODEL).symlink_to(proxy.checkpoint)
     server = ComfyServer(comfy_root, base).start()
     try:
-        rows = measure(server, cases, images, args.repeats, proxy.decode,
-                       progress=lambda text: print(text, flush=True))
+        progress = lambda text: print(text, flush=True)  # noqa: E731
+        rows = measure(server, cases, images, args.repeats, proxy.decode, progress=progress)
+        own_cost = measure_own_cost(server, cases, images, args.own_cost_repeats, progress) \
+            if args.own_cost_repeats else None
     finally:
         server.stop()
     info = conditions(comfy_root, proxy, images, args.repeats, os.environ.get("OMP_NUM_THREADS"))
     # A quick run never replaces the full run's figures.
-    return report(rows, info, Path(args.out), stem="peers_quick" if args.quick else "peers")
+    return report(rows, info, Path(args.out), stem="peers_quick" if args.quick else "peers", own_cost=own_cost)
 
 
 def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers",
-           costs_path: Path = COSTS) -> tuple[list[dict], dict]:
+           costs_path: Path = COSTS, own_cost: dict | None = None) -> tuple[list[dict], dict]:
     """Compare (measured, and projected when Krea-2's component costs are measured), write the JSON and
     the plot, print the Markdown table, the verdicts and the target checks."""
     comparisons = head_to_head(rows)
@@ -613,14 +674,14 @@ def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers",
         info = {**info, "projection": add_projection(rows, krea2_costs.load(costs_path))}
         comparisons["projected"] = head_to_head(rows, key="projected")
         bases.append(comparisons["projected"])
-    json_path, png_path, _ = write_results(rows, comparisons, info, out_dir, stem)
+    json_path, png_path, _ = write_results(rows, comparisons, info, out_dir, stem, own_cost)
     print(markdown_table(rows))
     for result in bases:
         print(f"\nAt each peer setting, the node's best setting at least as fast (within 5%), "
               f"{'measured' if result['basis'] == 'wall' else 'PROJECTED on Krea-2'}:")
         print("\n".join(verdict_lines(result)))
     print()
-    print("\n".join(target_checks(rows, bases)))
+    print("\n".join(target_checks(rows, bases, own_cost)))
     print(f"\nWrote {json_path} and {png_path}")
     return rows, comparisons
 
@@ -636,6 +697,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads of the server (OMP_NUM_THREADS; 0 leaves it alone); one thread keeps "
                              "timings steady on a shared machine")
+    parser.add_argument("--own-cost-repeats", type=int, default=OWN_COST_PAIRS,
+                        help="interleaved repeats of no node / caching off / caching off with the text path on "
+                             "every call, after the table, that decide the node's own cost (0: none)")
     parser.add_argument("--out", default=str(RESULTS_DIR), help="folder for peers.json and peers.png")
     parser.add_argument("--replot", action="store_true",
                         help="sample nothing: read the rows of --out's peers.json, compare, plot and print again")
@@ -645,7 +709,7 @@ def main(argv=None):
         if not all("times" in row for row in written["rows"]):
             parser.error("--replot: this peers.json predates the per-repeat times its checks pair; run the "
                          "benchmark again")
-        report(written["rows"], written["conditions"], Path(args.out))
+        report(written["rows"], written["conditions"], Path(args.out), own_cost=written.get("own_cost"))
         return
     unknown = set(args.regimes.split(",")) - set(REGIMES)
     if unknown:

@@ -4,13 +4,14 @@ spread, when to stop repeating, and verdicts only where the spread supports one.
 from __future__ import annotations
 
 import sys
+from dataclasses import astuple
 
 import pytest
 from comfy_harness import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from spread import (Spread, above_ideal, at_least, caching_efficiency, keep_repeating, paired_ratios, show, spread,  # noqa: E402
-                    within)
+from spread import (Spread, above_ideal, at_least, caching_efficiency, interval_at_least, keep_repeating,  # noqa: E402
+                    median_interval, paired_ratios, show, spread, within)
 
 
 def test_per_repeat_ratios_cancel_drift_that_hits_both_cases():
@@ -131,3 +132,25 @@ def test_the_demo_samples_on_one_cpu_thread_and_its_comfyui_server_inherits_it(m
         assert child.stdout.strip() == "1"
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_median_of_many_repeats_is_bounded_by_order_statistics():
+    # 30 values: the 10th smallest and the 10th largest hold the median with at least 95% (binomial:
+    # P(at most 9 of 30 below the median) = 2.1%, at most 10 = 4.9%).
+    interval = median_interval([float(v) for v in range(30)])
+    assert (interval.median, interval.low, interval.high) == (14.5, 9.0, 20.0)
+    assert astuple(median_interval([float(v) for v in range(100)]))[1:] == (39.0, 60.0)
+    assert astuple(median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0]))[1:] == (1.0, 6.0)   # 6: the extremes (1.6%)
+    with pytest.raises(ValueError, match="take more"):
+        median_interval([1.0, 2.0, 3.0, 4.0, 5.0])   # the extremes of 5 hold it with only 94%
+
+
+def test_a_small_cost_is_decided_by_many_pairs_where_one_repeat_varies_more_than_the_margin():
+    # A 5% cost in runs that vary by +-5% each: the interquartile range straddles a 1% margin forever,
+    # the median of 30 pairs does not.
+    ratios = [0.95 + 0.05 * ((7 * i) % 30 - 14.5) / 14.5 for i in range(30)]
+    assert at_least(spread(ratios), 0.99) == "undecided"
+    interval = median_interval(ratios)
+    assert interval.high < 0.99 and interval_at_least(interval, 0.99) == "BELOW"
+    assert interval_at_least(Spread(1.0, 0.995, 1.01), 0.99) == "ok"
+    assert interval_at_least(Spread(0.99, 0.98, 1.0), 0.99) == "undecided"

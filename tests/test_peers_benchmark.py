@@ -148,3 +148,21 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     assert any(line.startswith(f"check: {cached['case']}: {share:.0%} of its ideal over caching off")
                for line in checks), checks
     assert any("(projected): a faster node setting" in line for line in checks), checks
+
+
+@proxy_tier
+def test_the_own_cost_is_read_from_interleaved_repeats_of_its_three_cases(quick, proxy_server):
+    cases, rows = quick
+    measured = peers.measure_own_cost(proxy_server, cases, peers.IMAGES[:2], pairs=6, progress=lambda _: None)
+    assert list(measured) == ["turbo"]
+    times = measured["turbo"]["times"]
+    assert set(times) == {peers.UNCACHED, peers.CACHING_OFF, peers.CACHING_OFF_FULL_TEXT}
+    assert all(len(t) == 6 and all(s > 0 for s in t) for t in times.values()), times
+    full = peers.own_cost_interval(times, peers.CACHING_OFF_FULL_TEXT)
+    ratios = sorted(u / f for u, f in zip(times[peers.UNCACHED], times[peers.CACHING_OFF_FULL_TEXT]))
+    assert (full.low, full.high) == (ratios[0], ratios[-1])   # 6 pairs: the extremes bound the median
+    checks = peers.target_checks(list(rows.values()), [peers.head_to_head(list(rows.values()))], measured)
+    own = [line for line in checks if "the node's own cost" in line]
+    # One own-cost line, from the pairs (not from the table's repeats), with its interval and count.
+    assert len(own) == 1 and "95% interval" in own[0] and "6 interleaved repeats" in own[0], own
+    assert any(line.startswith("turbo: caching off with the text path reused") for line in checks), checks
