@@ -27,7 +27,7 @@ STEP_MASKS = ("none", "slow", "medium", "fast", "ultra")
 
 @dataclasses.dataclass(frozen=True)
 class CacheSettings:
-    """Everything the Krea2CacheDiT node lets a user set; the defaults are the reference settings."""
+    """Everything the Cache-DiT nodes let a user set; the defaults are the reference settings."""
 
     Fn_compute_blocks: int = 1
     Bn_compute_blocks: int = 0
@@ -45,7 +45,7 @@ class CacheSettings:
         if not math.isfinite(self.residual_diff_threshold):
             # ComfyUI's min/max check lets NaN through (every comparison with it is false).
             raise ValueError(f"residual_diff_threshold must be a finite number, got {self.residual_diff_threshold}; "
-                             "set a number from 0 (threshold caching off) to 2 on the Krea-2 Cache-DiT node.")
+                             "set a number from 0 (threshold caching off) to 2 on the Cache-DiT node.")
         if self.steps_mask not in STEP_MASKS:
             raise ValueError(f"steps_mask must be one of {STEP_MASKS}, got {self.steps_mask!r}")
         if self.Fn_compute_blocks < 1 or self.Bn_compute_blocks < 0:

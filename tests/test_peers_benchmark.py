@@ -166,3 +166,17 @@ def test_the_own_cost_is_read_from_interleaved_repeats_of_its_three_cases(quick,
     # One own-cost line, from the pairs (not from the table's repeats), with its interval and count.
     assert len(own) == 1 and "95% interval" in own[0] and "6 interleaved repeats" in own[0], own
     assert any(line.startswith("turbo: caching off with the text path reused") for line in checks), checks
+
+
+def test_a_caching_row_is_judged_by_the_confidence_interval_of_its_median_share():
+    off = {"times": [1.0] * 15}
+    row_at = lambda share, spread_: {"case": "raw x", "ideal": 2.0,  # noqa: E731
+                                     "times": [1.0 / (2.0 * (share + spread_ * ((4 * i) % 15 - 7) / 7)) for i in range(15)]}
+    # +-25% between single repeats, wider than the 10% margin, yet 15 pairs put the median's interval
+    # (the 4th smallest to the 4th largest) on one side of 90%.
+    assert peers.efficiency_check(row_at(1.10, 0.25), off).endswith("interval 96% to 124%; at least 90%: ok)")
+    assert peers.efficiency_check(row_at(0.70, 0.25), off).endswith("interval 56% to 84%; at least 90%: BELOW)")
+    assert peers.efficiency_check(row_at(0.90, 0.10), off).endswith("at least 90%: undecided)")
+    few = {"case": "turbo x", "ideal": 2.0, "times": [0.5, 0.5]}
+    assert peers.efficiency_check(few, {"times": [1.0, 1.0]}) == \
+        "check: turbo x: 100% of its ideal over caching off (at least 90%: undecided (2 repeats))"
