@@ -8,7 +8,8 @@ Raw-like (52 steps, CFG 3.5, cond and uncond batched):
 
 - uncached (the reference), and the node with caching off (what it costs when it caches nothing);
 - the node: its defaults within a threshold sweep, the same sweep with a shorter warmup and no cap
-  on cached steps in a row, the step masks, and each calibrator over the threshold sweep;
+  on cached steps in a row, the step masks, each calibrator over the threshold sweep, and each
+  calibrator on each step mask (a mask fixes which steps are served, the calibrator how);
 - EasyCache and LazyCache over a sweep of ``reuse_threshold`` (their default start and end), their
   model given its own copy of its input latent (the test node ``Krea2TestOwnModelInput``) as it has
   on a GPU in bf16, where ComfyUI's cast to the compute dtype copies it: EasyCache's skipped step
@@ -147,6 +148,8 @@ def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
         cases += [case(regime, FREE_THRESHOLD, f"{t:g}", {"residual_diff_threshold": t, **FREE})
                   for t in FREE_THRESHOLDS]
         cases += [case(regime, MASKS, mask, {"steps_mask": mask}) for mask in MASK_POLICIES]
+        cases += [case(regime, f"{MASKS} + {c}", mask, {"steps_mask": mask, "calibrator": c})
+                  for c in CALIBRATORS for mask in MASK_POLICIES]
         cases += [case(regime, calibrator_method(c), f"{t:g}", {"residual_diff_threshold": t, "calibrator": c})
                   for c in CALIBRATORS for t in CALIBRATOR_THRESHOLDS]
         cases += [case(regime, FREE_TAYLORSEER, f"{t:g}", {"residual_diff_threshold": t, "calibrator": "taylorseer",
