@@ -76,7 +76,7 @@ def publish(record: RunRecord, node_name: str):
     try:
         server.send_sync(STATS_EVENT, data, sid=origin["client_id"])
     except Exception as error:  # the stats must never fail a finished image
-        logger.debug("Krea-2 Cache-DiT: could not send the stats event: %s", error)
+        logger.debug("%s [node %s]: could not send the stats event: %s", node_name, record.node_id, error)
 
 
 def prompt_origin(server, prompt_id: str) -> dict:
@@ -101,7 +101,7 @@ def _running_extra_data(server, prompt_id: str) -> dict:
     try:
         running, _queued = current()
     except Exception as error:
-        logger.debug("Krea-2 Cache-DiT: could not read the running prompt: %s", error)
+        logger.debug("Cache-DiT stats: could not read the running prompt %s: %s", prompt_id, error)
         return {}
     # Queue items are (number, prompt_id, prompt, extra_data, outputs_to_execute, ...).
     for item in running:
