@@ -16,7 +16,7 @@ thresholds would have cached what (``suggest_thresholds``).
 
 The advisor needs the change between other pairs of steps too, since a different
 threshold computes different steps: each step's residual is kept as a fixed
-subsample of at most ``SAMPLE_SIZE`` values (64 KiB per step and stream), which
+subsample of at most ``SAMPLE_SIZE`` values (at most 64 KiB per step and stream), which
 estimates the mean absolute values of a full-size residual to about half a
 percent; the pairs cache-dit compared keep their exact value.
 """
@@ -43,8 +43,17 @@ def relative_change(reference: torch.Tensor, current: torch.Tensor) -> torch.Ten
     cache-dit (``CachedContextManager.similarity``) computes ``mean|ref - cur| / mean|ref|`` in
     the residual's own dtype (bf16 on a bf16 model): so does this, with the same operations in
     the same order, so that a value shown below the threshold is one cache-dit cached.
+    ``StreamTrace`` takes the same two means apart (see ``observe``); the quotient is the same.
     """
-    return (reference - current).abs().mean() / reference.abs().mean()
+    return change_numerator(reference, current) / change_scale(reference)
+
+
+def change_numerator(reference: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+    return (reference - current).abs().mean()
+
+
+def change_scale(reference: torch.Tensor) -> torch.Tensor:
+    return reference.abs().mean()
 
 
 def sample_index(numel: int, device=None) -> torch.Tensor | None:
@@ -71,31 +80,42 @@ class StreamTrace:
         self.blocks = blocks   # the block list whose Fn residual this is, when the model has several
         self.context = context
         self.start_step = start_step
-        # step -> (reference step, change as a 0-d tensor), None where there was no reference.
-        self.diffs: dict[int, tuple[int, torch.Tensor] | None] = {}
-        self.samples: dict[int, torch.Tensor] = {}
+        # step -> (reference step, mean|ref - cur|, mean|ref|) as 0-d tensors, None where there was no
+        # reference. Divided once, after the run: the same quotient, one device op less per call.
+        self.diffs: dict[int, tuple[int, torch.Tensor, torch.Tensor] | None] = {}
+        self.samples: dict[int, torch.Tensor] = {}   # in the residual's dtype; made float after the run
         self.cached: dict[int, bool] = {}
         self._reference: tuple[int, torch.Tensor] | None = None   # (step, Fn residual) of the last computed step
+        # mean|ref| of the reference, computed when first compared: every step cached against the same
+        # reference shares it.
+        self._reference_scale: torch.Tensor | None = None
         self._pending: tuple[int, torch.Tensor] | None = None
         self._index: torch.Tensor | None = None
+        self._index_for: tuple[int, torch.device] | None = None   # (numel, device) ``_index`` was made for
 
     @torch.no_grad()
     def observe(self, step: int, residual: torch.Tensor) -> None:
         """The Fn residual of this stream's call at ``step`` (before cache-dit decides)."""
         residual = residual.detach()
         reference = self._reference
-        comparable = reference is not None and reference[1].shape == residual.shape
-        self.diffs[step] = (reference[0], relative_change(reference[1], residual)) if comparable else None
+        if reference is not None and reference[1].shape == residual.shape:
+            if self._reference_scale is None:
+                self._reference_scale = change_scale(reference[1])
+            self.diffs[step] = (reference[0], change_numerator(reference[1], residual), self._reference_scale)
+        else:
+            self.diffs[step] = None
         flat = residual.reshape(-1)
-        if self._index is None or self._index.device != flat.device:
-            self._index = sample_index(flat.numel(), flat.device)
-        self.samples[step] = (flat if self._index is None else flat[self._index]).float()
+        if self._index_for != (flat.numel(), flat.device):
+            self._index, self._index_for = sample_index(flat.numel(), flat.device), (flat.numel(), flat.device)
+        # A small residual is its own sample (a view: it is no larger than a sample).
+        self.samples[step] = flat if self._index is None else flat[self._index]
         self._pending = (step, residual)
 
     def computing(self, step: int) -> None:
         """The call at ``step`` computes in full: its residual becomes the reference now."""
         if self._pending is not None and self._pending[0] == step:
             self._reference, self._pending = self._pending, None
+            self._reference_scale = None
 
     def finish(self, step: int, cached: bool) -> None:
         """What the call at ``step`` turned out to be; a computed step becomes the next reference."""
@@ -105,7 +125,7 @@ class StreamTrace:
         self._pending = None
 
     def release(self) -> None:
-        self._reference, self._pending = None, None
+        self._reference, self._reference_scale, self._pending = None, None, None
 
     def held_residuals(self) -> int:
         """Full-size Fn residuals held now: between calls and through the middle blocks, one."""
@@ -114,7 +134,10 @@ class StreamTrace:
     def measured_diffs(self) -> dict[int, float | None]:
         """Each step's change against its reference, as cache-dit computed it (one device read for all)."""
         steps = [s for s, d in self.diffs.items() if d is not None]
-        values = torch.stack([self.diffs[s][1].float() for s in steps]).tolist() if steps else []
+        values = []
+        if steps:
+            numerators, scales = (torch.stack([self.diffs[s][i] for s in steps]) for i in (1, 2))
+            values = (numerators / scales).float().tolist()   # elementwise: each the quotient cache-dit forms
         measured = dict(zip(steps, values))
         return {step: measured.get(step) for step in self.diffs}
 
@@ -130,9 +153,9 @@ def _host_arrays(samples: dict[int, torch.Tensor]) -> dict[int, "numpy.ndarray"]
     torch's thread pool costs more than the arithmetic. From a GPU in one transfer."""
     steps = sorted(samples)
     if steps and samples[steps[0]].device.type != "cpu":
-        stacked = torch.stack([samples[s] for s in steps]).cpu().numpy()
+        stacked = torch.stack([samples[s] for s in steps]).float().cpu().numpy()
         return {s: stacked[i] for i, s in enumerate(steps)}
-    return {s: samples[s].numpy() for s in steps}
+    return {s: samples[s].float().numpy() for s in steps}
 
 
 class PairChanges:

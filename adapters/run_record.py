@@ -117,7 +117,9 @@ class RunRecord:
 
     def as_dict(self) -> dict:
         """The record as strict JSON data: a non-finite number becomes None, with a warning saying where."""
-        data = dataclasses.asdict(self)
+        # The fields as they are: ``finite_or_null`` copies every dict and list on its way (a deep copy
+        # first, as ``dataclasses.asdict`` makes, would copy it all twice).
+        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         data["blocks_saved"] = round(self.blocks_saved, 4)
         data["ideal_speedup"] = round(self.ideal_speedup, 4)
         data["estimated_speedup"] = round(self.estimated_speedup, 4)
