@@ -107,8 +107,9 @@ class StreamTrace:
         flat = residual.reshape(-1)
         if self._index_for != (flat.numel(), flat.device):
             self._index, self._index_for = sample_index(flat.numel(), flat.device), (flat.numel(), flat.device)
-        # A small residual is its own sample (a view: it is no larger than a sample).
-        self.samples[step] = flat if self._index is None else flat[self._index]
+        # A small residual is its own sample (a view: it is no larger than a sample). ``index_select``:
+        # the same values as ``flat[index]``, without advanced indexing's setup (about 50 us a call on a CPU).
+        self.samples[step] = flat if self._index is None else flat.index_select(0, self._index)
         self._pending = (step, residual)
 
     def computing(self, step: int) -> None:
