@@ -79,10 +79,11 @@ class Timers:
 def timed_parts(node_model, krea2_model_module):
     """Timers on the model's calls, cache-dit's block wrapper and the pack's parts, while the block runs."""
     from cache_dit.caching.cache_blocks.pattern_3_4_5 import CachedBlocks_Pattern_3_4_5
+    from comfy_harness import load_pack
 
-    from krea2_cachedit.adapters import cache_run
-    from krea2_cachedit.nodes import wrappers
-
+    pack = load_pack().__name__   # the pack as ComfyUI imports it (a folder in custom_nodes)
+    cache_run = importlib.import_module(f"{pack}.adapters.cache_run")
+    wrappers = importlib.import_module(f"{pack}.nodes.wrappers")
     timers = Timers()
     model_class, block_class = krea2_model_module.SingleStreamDiT, krea2_model_module.SingleStreamBlock
     timers.wrap(model_class, "forward", "call")
