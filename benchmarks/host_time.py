@@ -141,7 +141,7 @@ def shares(result: dict) -> dict:
             "per run": per_run / call}
 
 
-def measure(comfy_root: Path, checkpoint: Path, steps: int, cfg: float, setting: str, runs: int) -> dict:
+def measure(checkpoint: Path, steps: int, cfg: float, setting: str, runs: int) -> dict:
     """Sample ``runs`` times (after one warm-up run) with timers on; the breakdown of one case."""
     import torch
 
@@ -152,6 +152,8 @@ def measure(comfy_root: Path, checkpoint: Path, steps: int, cfg: float, setting:
     from krea2_prompts import CACHE_NODE_DEFAULTS
 
     node = importlib.import_module(f"{load_pack().__name__}.nodes").Krea2CacheDiT
+    # A model of its own per case: cache-dit keeps the ``forward`` it found at a module's first run, so a
+    # module shared with an earlier case would still call that case's timers.
     model = comfy.sd.load_diffusion_model(str(checkpoint))
     text = model.model.diffusion_model.txtlayers * model.model.diffusion_model.txtdim
     context = torch.randn(1, 8, text, generator=torch.Generator().manual_seed(1))
@@ -230,7 +232,7 @@ def main(argv=None):
     results = []
     for steps, cfg in regimes:
         for setting in args.settings.split(","):
-            results.append(measure(comfy_root, checkpoint, steps, cfg, setting, args.runs))
+            results.append(measure(checkpoint, steps, cfg, setting, args.runs))
             print("\n".join(report_lines(results[-1])), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, allow_nan=False))
