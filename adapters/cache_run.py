@@ -144,6 +144,7 @@ class CacheRun:
         self._blocks_counted = [0] * len(self._lists)   # per list, in the current call
         self._hooks: list = []
         self._adapter = None   # cache-dit's BlockAdapter while the run is on
+        self._own_forward = None   # the instance's own forward before cache-dit patched it (see __enter__)
         self._wrappers: list[torch.nn.Module] = []   # cache-dit's wrapper of each list (several lists only)
         self.warnings: list[str] = []   # the run's own; the plan's are the plan's
         # Per list, the first block only a computed call runs (a cached one skips to the Bn blocks), if any.
@@ -178,11 +179,16 @@ class CacheRun:
             if getattr(self.target.module, "_is_cached", False):
                 # A cached module silently ignores a new config: start from the plain module.
                 cache_dit.disable_cache(self.target.module)
+            # What the instance's own ``forward`` was before cache-dit patched it (normally none):
+            # ``disable_cache`` leaves a bound method there, which ties the module to itself in a cycle
+            # that only a full garbage collection frees, so ``__exit__`` puts back what was here.
+            self._own_forward = self.target.module.__dict__.get("forward")
             try:
                 with self._capturing_wrappers():
                     cache_dit.enable_cache(adapter, **self._cache_configs(start_step=0, separate_cfg=False))
             except Exception:
                 cache_dit.disable_cache(self.target.module)  # never leave a half-patched shared module
+                self._restore_own_forward()
                 raise
         self._adapter = adapter
         self._install_block_hooks()
@@ -204,11 +210,19 @@ class CacheRun:
                 # Through the adapter, which names the blocks: given the bare module, cache-dit
                 # scans every attribute of the model for block lists, six times (milliseconds).
                 cache_dit.disable_cache(self._adapter)
+            self._restore_own_forward()
         finally:
             for trace in self._traces.values():
                 trace.release()
             self.observation = self._observe(exit_status(exc_type))
         return False
+
+    def _restore_own_forward(self):
+        module = self.target.module
+        if self._own_forward is None:
+            module.__dict__.pop("forward", None)
+        else:
+            module.forward = self._own_forward
 
     def _adapter_lists(self, cache_dit) -> dict:
         """BlockAdapter's block arguments: one list as before, several as cache-dit's own Flux adapters."""

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import types
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -125,14 +124,27 @@ class TextPathReuse:
 # the module is one object for all its runs (torch.compile guards on that object; a new one per
 # run would make a compiled model compile again on every run).
 _ACTIVE: dict[int, TextPathReuse] = {}
-_PATCHES: weakref.WeakKeyDictionary[torch.nn.Module, types.MethodType] = weakref.WeakKeyDictionary()
+# That one forward per module. It holds its module only weakly: a bound method (or anything holding
+# the module) as a value here would keep every model that ever ran through the node alive, with its
+# weights, after ComfyUI drops it (a weak key does not help when the value holds the key).
+_PATCHES: weakref.WeakKeyDictionary[torch.nn.Module, Callable] = weakref.WeakKeyDictionary()
 
 
-def _stable_patch(module: torch.nn.Module, function) -> types.MethodType:
+def _stable_patch(module: torch.nn.Module, function) -> Callable:
     patch = _PATCHES.get(module)
     if patch is None:
-        patch = _PATCHES[module] = types.MethodType(function, module)
+        patch = _PATCHES[module] = _weakly_bound(function, weakref.ref(module))
     return patch
+
+
+def _weakly_bound(function, module_ref: weakref.ref) -> Callable:
+    """``function`` with its first argument the module behind ``module_ref``: a method that does not
+    hold its module (put on the instance, it is called without ``self``)."""
+
+    def forward(x, *args, **kwargs):
+        return function(module_ref(), x, *args, **kwargs)
+
+    return forward
 
 
 def _forward_through(step: str):
