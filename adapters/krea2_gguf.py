@@ -31,7 +31,6 @@ from .krea2_checkpoint import (
 
 GGUF_SUFFIX = ".gguf"
 ARCHITECTURE_FIELD = "general.architecture"
-KREA2_ARCHITECTURE = "krea2"
 # What torch reads as it is; every other GGUF type is diffusers' GGUFParameter (BF16 included).
 TORCH_TYPES = {"F32": torch.float32, "F16": torch.float16}
 
@@ -56,12 +55,6 @@ class GGUFCheckpoint:
     native: bool                     # original key names: values go through diffusers' converter
     prefix: str
     layout: str = "gguf file"
-
-    def type_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for key in self.names:
-            counts[self.infos[key].type_name] = counts.get(self.infos[key].type_name, 0) + 1
-        return counts
 
     def quantized_linears(self, linear_names: set[str]) -> set[str]:
         """Names of the Linear layers whose weight the file stores quantized."""

@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 import threading
 import time
 
 import torch
 
+from .block_probe import BlockIndexTeller
 from .cache_dit_logs import quiet_cache_dit
-from .cache_run import BlockIndexTeller, CacheRun
-from .observation import ParallelOutcome, RunObservation
-from .registry import KREA2_SCOPE, ResolvedTransformer
+from .cache_run import CacheRun
+from .observation import ParallelOutcome, RunObservation, RunOutcome
+from .registry import ResolvedTransformer
 from .settings import RunPlan
 from .step_clock import StepClock
 
@@ -56,6 +56,28 @@ class DeviceModel:
     target: ResolvedTransformer
     host: torch.nn.Module        # the module the sampler calls on that device
     conds_per_step: int          # conds the device is expected to get per step (a hint; calls decide)
+
+
+def devices_refusal(devices: list[DeviceModel]) -> str | None:
+    """Why these device copies cannot share one cache run (None: they can)."""
+    seen: dict[int, str] = {}
+    main = devices[0].target
+    for device in devices:
+        target = device.target
+        if len(target.family.block_lists) > 1:
+            # The devices agree per step where cache-dit asks once per call; with several block
+            # lists it asks once per list, which that agreement does not cover.
+            return (f"Multi-GPU sampling of {target.family.name} (several block lists) is not supported by the "
+                    f"cache: this run was not cached.")
+        if id(target.module) in seen:
+            return (f"Multi-GPU sampling: {device.label} and {seen[id(target.module)]} share one copy of the model, "
+                    f"and cache-dit keeps its state in the model: this run was not cached. Give every device its "
+                    f"own copy (MultiGPU CFG Split does).")
+        if target.num_blocks != main.num_blocks:
+            return (f"Multi-GPU sampling: the model on {device.label} has {target.num_blocks} blocks, the main one "
+                    f"{main.num_blocks}: this run was not cached.")
+        seen[id(target.module)] = device.label
+    return None
 
 
 class SharedClock:
@@ -181,7 +203,6 @@ class DeviceRun:
         self.run = run
         self.clock = clock
         self.consensus = consensus
-        self._manager = None
 
     @property
     def host(self) -> torch.nn.Module:
@@ -209,47 +230,48 @@ class DeviceRun:
 
     def join_consensus(self) -> None:
         """Route cache-dit's own per-call decision on this device's module through the consensus."""
-        manager = self.run.target.module._context_manager
-        manager.can_cache = functools.partial(_shared_can_cache, self, manager.can_cache)
-        self._manager = manager
+        self.run.cache.route_decisions(self._shared_decision)
 
     def leave_consensus(self) -> None:
-        if self._manager is not None:
-            self._manager.__dict__.pop("can_cache", None)
-            self._manager = None
+        self.run.cache.restore_decisions()
+
+    @torch.compiler.disable
+    def _shared_decision(self, own_decision, *args, **kwargs) -> bool:
+        cache = bool(own_decision(*args, **kwargs))
+        return self.consensus.vote(self.clock.current_step, self.label, cache)
 
     def observation(self) -> RunObservation:
         return dataclasses.replace(self.run.observation, device=self.label)
-
-
-@torch.compiler.disable
-def _shared_can_cache(device_run: DeviceRun, own_can_cache, *args, **kwargs) -> bool:
-    cache = bool(own_can_cache(*args, **kwargs))
-    return device_run.consensus.vote(device_run.clock.current_step, device_run.label, cache)
 
 
 class MultiDeviceRun:
     """One sampling run on several devices: a ``CacheRun`` per device, their observations side by side."""
 
     def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock,
-                 tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
-                 text_reuse_off: str | None = None, log_name: str = KREA2_SCOPE.node_name):
+                 *, node_name: str, tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
+                 text_reuse_off: str | None = None):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
+        self.model = devices[0].target.family.name
+        self.step_clock = clock           # the record's (its warnings); the devices share it through ``clock``
         self.clock = SharedClock(clock)
         self.consensus = StepConsensus(min_wait_s)
         self.devices = []
         for device in devices:
             device_clock = self.clock.for_device(device.label)
             run = CacheRun(device.target, plan, device_clock, conds_per_step=device.conds_per_step,
-                           host=device.host, tell_block_index=tell_block_index, text_reuse_off=text_reuse_off,
-                           log_name=log_name)
+                           node_name=node_name, host=device.host, tell_block_index=tell_block_index,
+                           text_reuse_off=text_reuse_off)
             self.devices.append(DeviceRun(device, run, device_clock, self.consensus))
         self.observations: list[RunObservation] = []
         self.parallel: ParallelOutcome | None = None
         self._stack: contextlib.ExitStack | None = None
         self._started = 0.0
+
+    def outcome(self) -> RunOutcome:
+        """What the record is built from (``run_record.build``), once the run has ended."""
+        return RunOutcome(self.plan, self.step_clock, self.model, tuple(self.observations), self.parallel)
 
     def routes(self) -> dict[int, DeviceRun]:
         """Each device's run by the id of the module its calls go to."""

@@ -3,19 +3,26 @@
 A ``CacheRun`` (one per device) routes the calls; while it runs it only appends one
 ``Call`` per model call. When it ends it returns a frozen ``RunObservation``: the
 calls, the call layout it settled on, the residual traces with the rules of their
-cache contexts, and its warnings. ``run_record.build`` turns one or several of them
-into the record; nothing here reads the device.
+cache contexts, and its warnings. The run hands out a ``RunOutcome`` (its plan, clock
+and observations), which ``run_record.build`` turns into the record; nothing here
+reads the device.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
-from .diagnostics import DecisionRules, StreamTrace
+from .decision_rules import DecisionRules
+from .residual_trace import StreamTrace
 from .text_path import TextPathCounts
+
+if TYPE_CHECKING:
+    from .settings import RunPlan
+    from .step_clock import StepClock
 
 
 class CallTimer:
@@ -89,6 +96,17 @@ class ParallelOutcome:
     overridden: dict[int, list[str]]   # step -> devices that would have cached it, had another not computed
     timeouts: dict[int, list[str]]     # step -> devices waited for in vain (they got no work in that step)
     wall_s: float                      # the run's span: each device's calls are timed on its own clock
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What a finished run hands back for its record: the plan, the clock, one observation per device."""
+
+    plan: RunPlan
+    clock: StepClock            # its steps, sigmas and warnings (a multi-device run's shared view of it)
+    model: str                  # the family's name
+    observations: tuple[RunObservation, ...]   # empty when the run never started (enabling failed)
+    parallel: ParallelOutcome | None = None     # several devices only
 
 
 def exit_status(exc_type) -> str:

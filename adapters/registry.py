@@ -52,12 +52,10 @@ class BlockList:
 @dataclasses.dataclass(frozen=True)
 class TransformerFamily:
     name: str                    # shown to users in errors and stats
+    model: str                   # the model family a user knows, for node scopes and docs
     class_path: str              # "module.Class" of the transformer cache-dit patches
-    # The nn.ModuleList attribute holding the transformer blocks, and its cache-dit ForwardPattern
-    # name; or, for a model whose loop runs several lists one after the other, one ``BlockList``
-    # each in loop order (``blocks_attr``) and ``forward_pattern`` left empty.
-    blocks_attr: str | tuple[BlockList, ...]
-    forward_pattern: str
+    # The block lists the model's own loop runs, in loop order; each is its own cache-dit context.
+    block_lists: tuple[BlockList, ...]
     # cache-dit checks a block's parameter *names* against the pattern. ComfyUI's
     # native block is forward(x, vec, freqs, mask, ...), so the check must be off there.
     check_forward_pattern: bool
@@ -68,7 +66,6 @@ class TransformerFamily:
     # by block index (e.g. Wan's VACE and audio variants inject features after chosen blocks): under
     # cache-dit the loop sees one wrapper, so that injection would land after the whole stack.
     match_subclasses: bool = True
-    model: str = "Krea-2"        # the model family a user knows, for node scopes and docs
     # Patches ("group.name" in transformer_options) that the model's own block loop applies
     # between blocks by block index (e.g. a ControlNet's ``double_block`` patch). Under cache-dit
     # that loop sees one wrapper block, so a call carrying them is computed in full instead.
@@ -77,33 +74,33 @@ class TransformerFamily:
     # reused within a run when the host vouches that the conditioning is the same (``text_path``).
     text_path: tuple[str, str] | None = None
 
+    def __post_init__(self):
+        if not self.model:
+            raise ValueError(f"{self.name}: a family needs its model's name (what node scopes select by)")
+        if not self.block_lists or not all(isinstance(entry, BlockList) for entry in self.block_lists):
+            raise ValueError(f"{self.name}: block_lists must be a non-empty tuple of BlockList")
+
     @property
     def call_patches(self) -> bool:
         """Whether some loop patch is an argument of the model call (a plain name), not an option."""
         return any("." not in path for path in self.loop_patches)
 
-    @property
-    def block_lists(self) -> tuple[BlockList, ...]:
-        if isinstance(self.blocks_attr, str):
-            return (BlockList(self.blocks_attr, self.forward_pattern),)
-        return self.blocks_attr
-
 
 SUPPORTED: tuple[TransformerFamily, ...] = (
     TransformerFamily(
         name="Krea-2 (ComfyUI native)",
+        model="Krea-2",
         class_path="comfy.ldm.krea2.model.SingleStreamDiT",
-        blocks_attr="blocks",
-        forward_pattern="Pattern_3",
+        block_lists=(BlockList("blocks", "Pattern_3"),),
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         text_path=("txtfusion", "txtmlp"),
     ),
     TransformerFamily(
         name="Krea-2 (diffusers)",
+        model="Krea-2",
         class_path="diffusers.models.transformers.transformer_krea2.Krea2Transformer2DModel",
-        blocks_attr="transformer_blocks",
-        forward_pattern="Pattern_3",
+        block_lists=(BlockList("transformer_blocks", "Pattern_3"),),
         check_forward_pattern=True,
         text_path=("text_fusion", "txt_in"),
     ),
@@ -111,13 +108,12 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
     # take (x, e, freqs, context, ...) and return x. Fn's residual is on the video tokens.
     TransformerFamily(
         name="Wan 2.1/2.2 (ComfyUI native)",
+        model="Wan",
         class_path="comfy.ldm.wan.model.WanModel",
-        blocks_attr="blocks",
-        forward_pattern="Pattern_3",
+        block_lists=(BlockList("blocks", "Pattern_3"),),
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
-        model="Wan",
         loop_patches=("patches.double_block", "patches_replace.dit"),
     ),
     # Z-Image: the main stack in ``layers`` takes the joint (caption + image) sequence and returns
@@ -125,13 +121,12 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
     # stack on every call and are never cached.
     TransformerFamily(
         name="Z-Image / Lumina 2 (ComfyUI native)",
+        model="Z-Image",
         class_path="comfy.ldm.lumina.model.NextDiT",
-        blocks_attr="layers",
-        forward_pattern="Pattern_3",
+        block_lists=(BlockList("layers", "Pattern_3"),),
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
-        model="Z-Image",
         loop_patches=("patches.double_block",),
     ),
     # Qwen-Image (and its Edit models, whose reference latents join the image tokens before the
@@ -140,13 +135,12 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
     # ``double_block`` patches, ``dit`` block replacements and ControlNet residuals by block index.
     TransformerFamily(
         name="Qwen-Image (ComfyUI native)",
+        model="Qwen-Image",
         class_path="comfy.ldm.qwen_image.model.QwenImageTransformer2DModel",
-        blocks_attr="transformer_blocks",
-        forward_pattern="Pattern_1",
+        block_lists=(BlockList("transformer_blocks", "Pattern_1"),),
         check_forward_pattern=True,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
-        model="Qwen-Image",
         loop_patches=("patches.double_block", "patches_replace.dit", "control"),
     ),
     # Flux.1 (dev, schnell, Kontext) and Flux.2 (dev with guidance, Klein without): ``forward_orig``
@@ -156,16 +150,15 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
     # the loop, as ``patches_replace`` replaces chosen blocks: calls with either are computed in full.
     TransformerFamily(
         name="Flux.1 / Flux.2 (ComfyUI native)",
+        model="Flux",
         class_path="comfy.ldm.flux.model.Flux",
-        blocks_attr=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
+        block_lists=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
                                adds_in_place=True),
                      BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True)),
-        forward_pattern="",
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         # Chroma and others subclass Flux with loops of their own.
         match_subclasses=False,
-        model="Flux",
         loop_patches=("patches_replace.dit", "control"),
     ),
 )
@@ -200,25 +193,19 @@ class ResolvedTransformer:
     module: torch.nn.Module
 
     @property
-    def block_lists(self) -> list[torch.nn.ModuleList]:
-        """The module's block lists, in the order its loop runs them."""
+    def block_modules(self) -> list[torch.nn.ModuleList]:
+        """The module's block lists themselves, in the order its loop runs them."""
         return [getattr(self.module, blocks.attr) for blocks in self.family.block_lists]
-
-    @property
-    def blocks(self) -> torch.nn.ModuleList:
-        """The block list of a one-list family."""
-        [blocks] = self.block_lists
-        return blocks
 
     @property
     def num_blocks(self) -> int:
         """Blocks a call runs when computed in full (over all lists)."""
-        return sum(len(blocks) for blocks in self.block_lists)
+        return sum(len(blocks) for blocks in self.block_modules)
 
     @property
     def cacheable_blocks(self) -> int:
         """The blocks of the shortest list: Fn + Bn must leave blocks to cache in every list."""
-        return min(len(blocks) for blocks in self.block_lists)
+        return min(len(blocks) for blocks in self.block_modules)
 
 
 def loop_patches_in(family: TransformerFamily, transformer_options: dict, call_kwargs: dict | None = None) \

@@ -18,10 +18,8 @@ from typing import Sequence
 import torch
 
 from .calibrators import calibrator_summary
-from .diagnostics import suggest_thresholds
-from .observation import Call, ParallelOutcome, RunObservation
-from .registry import KREA2_SCOPE
-from .settings import RunPlan
+from .observation import Call, ParallelOutcome, RunObservation, RunOutcome
+from .threshold_advisor import suggest_thresholds
 from .strict_json import finite_or_null, replaced_warning
 
 logger = logging.getLogger(__name__)
@@ -34,12 +32,12 @@ OTHER_DEVICE = "other_device"
 class RunMeta:
     """Who asked for the run and with what guidance: facts the engine never needs."""
 
+    node_name: str                                            # the node the user placed, for the log
     node_id: str = ""
     prompt_id: str = ""
     cfg: float = 1.0
     guidance: dict = dataclasses.field(default_factory=dict)  # the guider and the scales it really uses
     warnings: tuple[str, ...] = ()                            # said about the run from outside the engine
-    node_name: str = KREA2_SCOPE.node_name                    # the node the user placed, for the log
 
 
 @dataclasses.dataclass
@@ -131,7 +129,7 @@ class RunRecord:
             data["warnings"].append(replaced_warning(replaced))
         return data
 
-    def log_line(self, node_name: str = KREA2_SCOPE.node_name) -> str:
+    def log_line(self, node_name: str) -> str:
         return (f"{node_name} [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
@@ -151,17 +149,16 @@ def _calibrator_text(calibrator: dict | None) -> str:
 
 # --- building --------------------------------------------------------------------------------
 
-def record_or_none(plan: RunPlan, clock, model: str, observations: Sequence[RunObservation], meta: RunMeta,
-                   parallel: ParallelOutcome | None = None) -> RunRecord | None:
+def record_or_none(outcome: RunOutcome, meta: RunMeta) -> RunRecord | None:
     """``build``, except that when the run itself failed, a failure here must not hide its error.
 
     None also for a run that never started (enabling cache-dit failed): it has nothing to report.
     """
-    if not observations:
+    if not outcome.observations:
         return None
-    failing = any(o.status != "ok" for o in observations)
+    failing = any(o.status != "ok" for o in outcome.observations)
     try:
-        return build(plan, clock, model, observations, meta, parallel)
+        return build(outcome, meta)
     except Exception:
         if not failing:
             raise
@@ -170,12 +167,9 @@ def record_or_none(plan: RunPlan, clock, model: str, observations: Sequence[RunO
         return None
 
 
-def build(plan: RunPlan, clock, model: str, observations: Sequence[RunObservation], meta: RunMeta,
-          parallel: ParallelOutcome | None = None) -> RunRecord:
-    """The record of a run on one device (one observation) or several (one each, and ``parallel``).
-
-    ``clock`` is the run's step clock (its steps, sigmas and warnings); ``model`` the family's name.
-    """
+def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
+    """The record of a run on one device (one observation) or several (one each, and ``parallel``)."""
+    plan, clock, observations, parallel = outcome.plan, outcome.clock, outcome.observations, outcome.parallel
     steps = clock.steps
     overridden = parallel.overridden if parallel else {}
     devices = [_DeviceView(o, steps) for o in observations]
@@ -188,7 +182,7 @@ def build(plan: RunPlan, clock, model: str, observations: Sequence[RunObservatio
     sigmas = [call_sigmas(o.calls) for o in observations]   # one device read each
     settings = plan.settings
     return RunRecord(
-        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=model,
+        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=outcome.model,
         steps_mask=settings.steps_mask, mask=list(plan.mask) if plan.mask else None,
         steps=steps, sigmas=[round(v, 6) for v in clock.sigmas], cfg=float(meta.cfg), guidance=dict(meta.guidance),
         # "split" across devices: the step's conds went to several devices (each one's own mode is in ``devices``).

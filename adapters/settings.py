@@ -20,7 +20,6 @@ import dataclasses
 import math
 
 from .calibrators import check_calibrator
-from .registry import KREA2_SCOPE
 
 STEP_MASKS = ("none", "slow", "medium", "fast", "ultra")
 
@@ -116,7 +115,7 @@ def build_step_mask(policy: str, steps: int) -> list[int]:
     raise ValueError(f"steps_mask '{policy}' needs 4, 6 or at least 8 sampling steps; this run has {steps}.")
 
 
-def check_compute_blocks(settings: CacheSettings, num_blocks: int, node_name: str = KREA2_SCOPE.node_name) -> None:
+def check_compute_blocks(settings: CacheSettings, num_blocks: int, node_name: str) -> None:
     """Fn + Bn must leave blocks to cache; say so here rather than in cache-dit's assertion.
 
     With ``Fn + Bn == num_blocks`` no block is left between them: a step cache-dit counts
@@ -130,11 +129,14 @@ def check_compute_blocks(settings: CacheSettings, num_blocks: int, node_name: st
             f"(at most {num_blocks - 1} together).")
 
 
-def plan_run(settings: CacheSettings, steps: int, num_blocks: int) -> RunPlan:
-    """The step mask for a run of ``steps`` steps on ``num_blocks`` blocks, and any fallback taken."""
+def plan_run(settings: CacheSettings, steps: int, num_blocks: int, node_name: str) -> RunPlan:
+    """The step mask for a run of ``steps`` steps on ``num_blocks`` blocks, and any fallback taken.
+
+    ``node_name``: the node that was placed, which a refusal names.
+    """
     if steps < 1:
         raise ValueError("a sampling run needs at least one step")
-    check_compute_blocks(settings, num_blocks)
+    check_compute_blocks(settings, num_blocks, node_name)
     warnings: list[str] = []
     mask = None
     if settings.steps_mask != "none":

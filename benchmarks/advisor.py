@@ -1,7 +1,7 @@
 """The threshold advisor's cost after a run: what the record assembly adds on the sampling thread.
 
 A run's record replays cache-dit's rules to explain each step and to suggest thresholds
-(``adapters/run_record.py`` with ``adapters/diagnostics.py``); that happens after the last model
+(``adapters/run_record.py`` with ``adapters/threshold_advisor.py``); that happens after the last model
 call, outside ``duration_s``, before the sampler returns. This times it for long runs with split
 CFG (two streams, the most work), on residuals that drift step by step like a sampling trajectory,
 with the node's limits and with no limit on continuous cached steps (where a step's reference can
@@ -25,14 +25,14 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 from comfy_harness import load_pack  # noqa: E402
 
 TARGETS_S = {52: 0.05, 200: 0.5}
-SAMPLE_VALUES = 1 << 16   # values per residual; the pack keeps a sample of diagnostics.SAMPLE_SIZE of them
+SAMPLE_VALUES = 1 << 16   # values per residual; the pack keeps a sample of residual_trace.SAMPLE_SIZE of them
 
 
 def drifting_traces(steps: int, streams: int = 2, seed: int = 0):
     """Traces of a run with caching off: every step computed, each residual a step on from the last."""
     import torch
 
-    from krea2_cachedit.adapters.diagnostics import StreamTrace
+    from krea2_cachedit.adapters.residual_trace import StreamTrace
 
     generator = torch.Generator().manual_seed(seed)
     traces = []
@@ -50,7 +50,8 @@ def drifting_traces(steps: int, streams: int = 2, seed: int = 0):
 
 def assemble(traces, settings) -> tuple[float, float, list]:
     """What the record assembly does with the traces: each step's change and reason, the suggestions."""
-    from krea2_cachedit.adapters.diagnostics import DecisionRules, suggest_thresholds
+    from krea2_cachedit.adapters.decision_rules import DecisionRules
+    from krea2_cachedit.adapters.threshold_advisor import suggest_thresholds
 
     rules = DecisionRules.for_context(settings, None, start_step=0)
     started, cpu_started = time.perf_counter(), time.process_time()

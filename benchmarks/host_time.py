@@ -83,6 +83,7 @@ def timed_parts(node_model, krea2_model_module):
 
     pack = load_pack().__name__   # the pack as ComfyUI imports it (a folder in custom_nodes)
     cache_run = importlib.import_module(f"{pack}.adapters.cache_run")
+    block_probe = importlib.import_module(f"{pack}.adapters.block_probe")
     wrappers = importlib.import_module(f"{pack}.nodes.wrappers")
     timers = Timers()
     model_class, block_class = krea2_model_module.SingleStreamDiT, krea2_model_module.SingleStreamBlock
@@ -90,8 +91,8 @@ def timed_parts(node_model, krea2_model_module):
     timers.wrap(model_class, "_forward", "model _forward")
     timers.wrap(block_class, "forward", "blocks")
     timers.wrap(CachedBlocks_Pattern_3_4_5, "forward", "cache-dit block wrapper")
-    timers.wrap(cache_run.CacheRun, "_before_block", "pack block hooks")
-    timers.wrap(cache_run.CacheRun, "_after_fn_blocks", "pack Fn hook and diagnostics")
+    timers.wrap(block_probe.BlockProbe, "_before_block", "pack block hooks")
+    timers.wrap(block_probe.BlockProbe, "_after_fn_blocks", "pack Fn hook and diagnostics")
     timers.wrap(cache_run.CacheRun, "__enter__", "open")
     timers.wrap(cache_run.CacheRun, "__exit__", "close")
     timers.wrap(wrappers, "record_or_none", "record")

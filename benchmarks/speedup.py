@@ -44,6 +44,7 @@ from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse
 
 STATS_ROUTE = "/krea2_cachedit/stats"
 LATENT_NODE, CACHE_NODE = "7", "5"   # krea2_prompt's SaveLatent and Krea2CacheDiT
+NODE_NAME = "Krea-2 Cache-DiT"       # the node the adapters-only runs speak for
 
 # Mid-size: blocks dominate the cost like in the full 12.9B model, small enough for a CPU.
 MID_SIZE = dict(features=1024, layers=12, heads=8, kvheads=2, txtdim=160, txtlayers=4)
@@ -302,7 +303,8 @@ def run_adapters(args) -> list[dict]:
         run = None
         target, clock = registry.resolve(transformer), StepClock(sigmas)
         if settings is not None:
-            run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, conds_per_step=1)
+            run = CacheRun(target, plan_run(settings, clock.steps, target.num_blocks, NODE_NAME), clock, conds_per_step=1,
+                           node_name=NODE_NAME)
         started = time.perf_counter()
         with torch.inference_mode(), (run if run else contextlib.nullcontext()):
             for i in range(args.steps):
@@ -312,7 +314,7 @@ def run_adapters(args) -> list[dict]:
                     v = transformer(x, context, sigmas[i:i + 1], ids).sample
                 x = x + (sigmas[i + 1] - sigmas[i]) * v
         elapsed = time.perf_counter() - started
-        record = build(run.plan, clock, target.family.name, run.observations, RunMeta()) if run else None
+        record = build(run.outcome(), RunMeta(node_name=NODE_NAME)) if run else None
         return elapsed, x, (record.as_dict() if record else None)
 
     cases = {"uncached": None, "caching off": CacheSettings(residual_diff_threshold=0.0),

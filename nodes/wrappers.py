@@ -23,14 +23,14 @@ import comfy.patcher_extension
 
 from ..adapters.cache_run import CacheRun
 from ..adapters.multi_device import DeviceRun, MultiDeviceRun
-from ..adapters.registry import KREA2_SCOPE, ResolvedTransformer, loop_patches_in, resolve
+from ..adapters.registry import ANY_SCOPE, ResolvedTransformer, loop_patches_in, resolve
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.step_clock import StepClock, churned_start_sigmas
 from . import conditioning_identity, multi_gpu, routes
 from .guidance import read_guidance
 from .plain_errors import plain_errors
-from .step_cache_conflicts import other_step_cache, refusal
+from .step_cache_conflicts import other_step_cache, refusal as step_cache_refusal
 
 KEY = "krea2_cachedit"
 # The run now sampling each transformer, by the id of the module the sampler calls. Runs are not
@@ -50,7 +50,7 @@ class CacheDiTHolder:
     settings: CacheSettings
     node_id: str
     # The name of the node the user placed, which the log and warnings speak for (its scope's).
-    node_name: str = KREA2_SCOPE.node_name
+    node_name: str
     # Upstream Cache-DiT nodes on the same model whose settings this one replaces: (node id, node name).
     superseded: tuple[tuple[str, str], ...] = ()
 
@@ -92,48 +92,68 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     if torch.as_tensor(sigmas).numel() < 2:
         # One sigma (e.g. SplitSigmas at the last step): the sampler samples nothing; neither do we.
         return executor(*args, **kwargs)
-    target = resolve(guider.model_patcher.model.diffusion_model)
+    host = guider.model_patcher.model.diffusion_model
+    target = resolve(host, ANY_SCOPE)
     sampler = args[2] if len(args) > 2 else kwargs.get("sampler")
     clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(sampler),
                       start_sigmas=_start_sigmas(sampler, sigmas),
                       single_evaluation=_sampler_name(sampler) in SINGLE_EVALUATION_SAMPLERS)
-    plan = plan_run(holder.settings, clock.steps, target.cacheable_blocks)
+    plan = plan_run(holder.settings, clock.steps, target.cacheable_blocks, holder.node_name)
     guidance = read_guidance(guider)
-    meta = RunMeta(node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg, guidance=guidance.as_dict(),
-                   warnings=tuple(_superseding_warnings(holder)), node_name=holder.node_name)
-    _publish_superseded(holder, clock.steps, meta)
-    devices, device_refusal = multi_gpu.device_models(multi_gpu.sampling_devices(guider.model_patcher),
-                                                      guidance.conds_per_step, target.num_blocks)
-    if device_refusal:
-        return _run_uncached(executor, args, kwargs, holder, clock.steps, meta, device_refusal)
-    other = other_step_cache(guider.model_options.get("transformer_options"), _wrapper_keys(guider.model_patcher))
-    if other is not None:
-        return _run_uncached(executor, args, kwargs, holder, clock.steps, meta, refusal(other))
-    for warning in plan.warnings:
-        logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, warning)
-    teller = block_index_teller(target)
-    text_reuse_off = conditioning_identity.run_refusal(guider)
-    if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
-        run = MultiDeviceRun(devices, plan, clock, tell_block_index=teller, text_reuse_off=text_reuse_off,
-                             log_name=holder.node_name)
-    else:
-        run = CacheRun(target, plan, clock, conds_per_step=guidance.conds_per_step,
-                       host=guider.model_patcher.model.diffusion_model, tell_block_index=teller,
-                       text_reuse_off=text_reuse_off, log_name=holder.node_name)
-    _report_steps_to(run.clock, args, kwargs)
-    hosts = run.routes() if devices else {id(run.host): run}
-    _active_runs.update(hosts)
+    meta = RunMeta(node_name=holder.node_name, node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg,
+                   guidance=guidance.as_dict(), warnings=tuple(_superseding_warnings(holder)))
+    run, refusal = _open_run(guider, holder, target, host, plan, clock, guidance.conds_per_step)
+    hosts = run.routes() if isinstance(run, MultiDeviceRun) else {id(run.host): run} if run else {}
     try:
+        if run is None:
+            logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, refusal)
+            return executor(*args, **kwargs)
+        for warning in plan.warnings:
+            logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, warning)
+        _report_steps_to(run.clock, args, kwargs)
+        _active_runs.update(hosts)
         with run:
             return executor(*args, **kwargs)
     finally:
-        for host in hosts:
-            _active_runs.pop(host, None)
+        for host_id in hosts:
+            _active_runs.pop(host_id, None)
         # Built here, after cache-dit is off: a failure to build it never hides the run's own error.
-        record = record_or_none(plan, clock, target.family.name, run.observations, meta, run.parallel)
+        _publish(holder, meta, clock, run, refusal)
+
+
+def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host, plan, clock, conds_per_step: int):
+    """The run for this sampling (one device or several), or None and why it runs uncached."""
+    devices, refusal = [], None
+    on_devices = multi_gpu.sampling_devices(guider.model_patcher)
+    if on_devices:
+        devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target)
+    other = other_step_cache(guider.model_options.get("transformer_options"), _wrapper_keys(guider.model_patcher))
+    refusal = refusal or (step_cache_refusal(other) if other is not None else None)
+    if refusal:
+        return None, refusal
+    common = dict(node_name=holder.node_name, tell_block_index=block_index_teller(target),
+                  text_reuse_off=conditioning_identity.run_refusal(guider))
+    if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
+        return MultiDeviceRun(devices, plan, clock, **common), None
+    return CacheRun(target, plan, clock, conds_per_step=conds_per_step, host=host, **common), None
+
+
+def _publish(holder: CacheDiTHolder, meta: RunMeta, clock: StepClock, run, refusal: str | None):
+    """Every record of this sampling run, at its end: the nodes this one replaces, then its own."""
+    for node_id, node_name in holder.superseded:
+        reason = (f"{holder.node_name} node {holder.node_id} after this one on the same model replaces this node's "
+                  f"settings: this node did nothing in this run. Remove one of the two nodes.")
+        logger.warning("%s [node %s]: %s", node_name, node_id, reason)
+        upstream = dataclasses.replace(meta, node_id=node_id, node_name=node_name, warnings=())
+        routes.publish(skipped_record(clock.steps, upstream, reason), node_name)
+    if run is None:
+        record = skipped_record(clock.steps, dataclasses.replace(meta, warnings=()), refusal)
+    else:
+        record = record_or_none(run.outcome(), meta)
         if record is not None:
             _log_warnings(holder.node_name, record, meta.warnings + tuple(clock.warnings()))
-            routes.publish(record, holder.node_name)
+    if record is not None:
+        routes.publish(record, holder.node_name)
 
 
 def block_index_teller(target: ResolvedTransformer):
@@ -177,24 +197,6 @@ def _superseding_warnings(holder: CacheDiTHolder) -> list[str]:
     nodes = ", ".join(node_id for node_id, _ in holder.superseded)
     return [f"This node replaces the settings of the {' / '.join(names)} node(s) {nodes} before it on the same "
             f"model (only the last one applies); remove the one you do not want."]
-
-
-def _publish_superseded(holder: CacheDiTHolder, steps: int, meta: RunMeta):
-    """A record for each upstream Cache-DiT node this one replaces, so that node says why it did nothing."""
-    for node_id, node_name in holder.superseded:
-        reason = (f"{holder.node_name} node {holder.node_id} after this one on the same model replaces this node's "
-                  f"settings: this node did nothing in this run. Remove one of the two nodes.")
-        logger.warning("%s [node %s]: %s", node_name, node_id, reason)
-        upstream = dataclasses.replace(meta, node_id=node_id, node_name=node_name, warnings=())
-        routes.publish(skipped_record(steps, upstream, reason), node_name)
-
-
-def _run_uncached(executor, args, kwargs, holder, steps: int, meta: RunMeta, reason: str):
-    logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, reason)
-    try:
-        return executor(*args, **kwargs)
-    finally:
-        routes.publish(skipped_record(steps, dataclasses.replace(meta, warnings=()), reason), holder.node_name)
 
 
 # Samplers that evaluate step i's corrector at sigma[i+1] before step i+1 evaluates there (see

@@ -11,6 +11,7 @@ import torch
 
 from krea2_cachedit.adapters import registry
 from krea2_cachedit.adapters.cache_run import CacheRun
+from krea2_cachedit.adapters.residual_trace import StreamTrace
 from krea2_cachedit.adapters.run_record import RunMeta, RunRecord, record_or_none
 from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
@@ -21,6 +22,7 @@ STEPS = 8
 SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
 FAST_MASK_CACHED = [3, 5, 6]   # cache-dit's "fast" mask for 8 steps: 1 1 1 0 1 0 0 1
 COND, UNCOND = 0, 1
+NODE = "Krea-2 Cache-DiT"   # the node these runs speak for in their messages
 
 
 def seeded_transformer():
@@ -68,13 +70,13 @@ class Stream:
 def open_run(transformer, settings: CacheSettings, conds_per_step: int) -> CacheRun:
     target = registry.resolve(transformer)
     clock = StepClock(SIGMAS)
-    return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks), clock, conds_per_step)
+    return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks, NODE), clock, conds_per_step,
+                    node_name=NODE)
 
 
 def record_of(run: CacheRun, cfg: float = 1.0) -> RunRecord | None:
     """The finished run's record, as the node builds it (None where the run's own error must win)."""
-    return record_or_none(run.plan, run.clock, run.target.family.name, run.observations, RunMeta(cfg=cfg),
-                          run.parallel)
+    return record_or_none(run.outcome(), RunMeta(node_name=NODE, cfg=cfg))
 
 
 def run_split(transformer, settings, order):
@@ -103,11 +105,11 @@ def run_single(transformer, settings, stream: Stream):
 def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor]:
     """What ``stream`` gets alone from step ``start`` on, in a fresh FAST cache that holds the rest
     of the run's mask (its first step computed: a fresh cache has no residual to serve)."""
-    rest = (1, *plan_run(FAST, STEPS, SHAPE.layers).mask[start + 1:])
+    rest = (1, *plan_run(FAST, STEPS, SHAPE.layers, NODE).mask[start + 1:])
     clock = StepClock(SIGMAS[start:])
     resumed = stream.resumed_at(start)
     plan = RunPlan(steps=clock.steps, settings=FAST, mask=rest)
-    with CacheRun(registry.resolve(transformer), plan, clock, conds_per_step=1) as run:
+    with CacheRun(registry.resolve(transformer), plan, clock, conds_per_step=1, node_name=NODE) as run:
         for i in range(start, STEPS):
             with run.model_call(SIGMAS[i], [resumed.branch], [resumed.x.shape]):
                 out = forward(transformer, resumed.x, resumed.context, SIGMAS[i])
@@ -137,3 +139,15 @@ def assert_same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor], w
 FAST = CacheSettings(steps_mask="fast")
 
 
+
+
+def held_residuals(trace: StreamTrace) -> int:
+    """Full-size Fn residuals a trace holds now: between calls and through the middle blocks, one
+    (its reference, and the current call's until the call is known to compute or be cached)."""
+    return sum(held is not None for held in (trace._reference, trace._pending))
+
+
+def cache_dit_change(reference: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+    """cache-dit's residual change (``CachedContextManager.similarity``), written out here as the
+    tests' own oracle: ``mean|ref - cur| / mean|ref|`` in the residual's dtype, as a 0-d tensor."""
+    return (reference - current).abs().mean() / reference.abs().mean()

@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 import torch
 
-from cache_runs import (COND, FAST, FAST_MASK_CACHED, SHAPE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs,
+from cache_runs import (NODE, COND, FAST, FAST_MASK_CACHED, SHAPE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs,
                         clean_block_evals, forward, open_run, plain_outputs, record_of, run_alone_from, run_single,
                         run_split)
 from krea2_cachedit.adapters import registry
@@ -81,8 +81,8 @@ def test_cache_dit_alone_keeps_split_calls_apart_only_with_separate_cfg(transfor
 
     streams = {COND: Stream(COND, 1), UNCOND: Stream(UNCOND, 2)}  # one shape: a shared residual fits both
     target = registry.resolve(transformer)
-    plan = plan_run(FAST, STEPS, target.num_blocks)
-    adapter = cache_dit.BlockAdapter(transformer=transformer, blocks=target.blocks,
+    plan = plan_run(FAST, STEPS, target.num_blocks, NODE)
+    adapter = cache_dit.BlockAdapter(transformer=transformer, blocks=target.block_modules[0],
                                      forward_pattern=cache_dit.ForwardPattern.Pattern_3, has_separate_cfg=False)
     cache_dit.enable_cache(adapter, cache_config=cache_dit.DBCacheConfig(**plan.db_cache_kwargs(0, separate_cfg)))
     try:
@@ -264,7 +264,7 @@ def run_with_mask(transformer, settings: CacheSettings, mask: tuple[int, ...], s
     """One stream, one call per step, with a step mask of its own (cache-dit's masks are fixed)."""
     target = registry.resolve(transformer)
     plan = RunPlan(steps=STEPS, settings=settings, mask=mask)
-    with CacheRun(target, plan, StepClock(SIGMAS), conds_per_step=1) as run:
+    with CacheRun(target, plan, StepClock(SIGMAS), conds_per_step=1, node_name=NODE) as run:
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
                 out = forward(transformer, stream.x, stream.context, SIGMAS[i])
@@ -388,7 +388,7 @@ def test_an_uncached_call_swaps_the_original_blocks_and_forward_in_and_back(tran
         cached_blocks, cached_forward = transformer.transformer_blocks, transformer.__dict__.get("forward")
         assert cached_forward is not None, "cache-dit patched the instance's forward"
         with run.uncached():
-            assert list(transformer.transformer_blocks) == list(run._original_lists[0])
+            assert list(transformer.transformer_blocks) == list(run.cache.lists[0].blocks)
             assert transformer.forward.__func__ is type(transformer).forward
             plain = forward(transformer, stream.x, stream.context, SIGMAS[0])
         assert transformer.transformer_blocks is cached_blocks
@@ -402,7 +402,7 @@ def test_a_call_sigma_stays_on_its_device_until_the_record(transformer):
     stream = Stream(COND, 1)
     target = registry.resolve(transformer)
     clock = StepClock(SIGMAS, sampler_reports=True, single_evaluation=True)
-    with CacheRun(target, plan_run(FAST, STEPS, target.num_blocks), clock, conds_per_step=1) as run:
+    with CacheRun(target, plan_run(FAST, STEPS, target.num_blocks, NODE), clock, conds_per_step=1, node_name=NODE) as run:
         for i in range(STEPS):
             # The value itself is unreadable here: a meta tensor has none.
             with run.model_call(torch.empty((1,), device="meta"), [COND], [stream.x.shape]):
@@ -444,7 +444,8 @@ def test_the_fn_residual_of_a_two_stream_block_is_its_image_tokens():
     target = registry.ResolvedTransformer(family, model)
     off = CacheSettings(residual_diff_threshold=0.0, steps_mask="none")
     try:
-        with torch.no_grad(), CacheRun(target, plan_run(off, clock.steps, target.num_blocks), clock, 1) as run:
+        with torch.no_grad(), CacheRun(target, plan_run(off, clock.steps, target.num_blocks, NODE), clock, 1,
+                                       node_name=NODE) as run:
             for i in range(STEPS):
                 with run.model_call(SIGMAS[i], [COND], [x.shape, text.shape]):
                     out = model(hidden_states=x, encoder_hidden_states=text,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cache_runs import NODE
 from krea2_cachedit.adapters.cache_run import CacheRun
 from krea2_cachedit.adapters.registry import BlockList, ResolvedTransformer, TransformerFamily
 from krea2_cachedit.adapters.run_record import RunMeta, build
@@ -85,8 +86,8 @@ class TwoLists(torch.nn.Module):
 
 def family(in_place: bool = True) -> TransformerFamily:
     return TransformerFamily(
-        name="two lists", class_path=f"{__name__}.TwoLists", forward_pattern="", check_forward_pattern=False,
-        blocks_attr=(BlockList("double_blocks", "Pattern_0", "double", ("img", "txt"), adds_in_place=in_place),
+        name="two lists", model="two lists", class_path=f"{__name__}.TwoLists", check_forward_pattern=False,
+        block_lists=(BlockList("double_blocks", "Pattern_0", "double", ("img", "txt"), adds_in_place=in_place),
                      BlockList("single_blocks", "Pattern_3", "single", adds_in_place=in_place)),
         block_options_kwarg="transformer_options")
 
@@ -102,8 +103,8 @@ def sample(model, settings, family_entry=None, cached=True):
     outputs = []
     target = ResolvedTransformer(family_entry or family(), model)
     clock = StepClock(SIGMAS)
-    context = CacheRun(target, plan_run(settings, STEPS, target.cacheable_blocks), clock, conds_per_step=1,
-                       tell_block_index=tell) if cached else None
+    context = CacheRun(target, plan_run(settings, STEPS, target.cacheable_blocks, NODE), clock, conds_per_step=1,
+                       node_name=NODE, tell_block_index=tell) if cached else None
     with context or torch.no_grad():
         for i in range(STEPS):
             with context.model_call(SIGMAS[i], [0], [img.shape]) if cached else torch.no_grad():
@@ -114,7 +115,7 @@ def sample(model, settings, family_entry=None, cached=True):
 
 
 def record(run: CacheRun):
-    return build(run.plan, run.clock, run.target.family.name, run.observations, RunMeta())
+    return build(run.outcome(), RunMeta(node_name=NODE))
 
 
 def per_call(seen: list) -> list[list]:
@@ -138,7 +139,7 @@ def test_the_mask_skips_the_middle_of_both_lists_and_each_block_sees_its_place()
     first = [("double", 0, DOUBLE), ("single", 0, SINGLE)]
     assert per_call(model.seen) == [first if step in FAST_MASK_CACHED else every for step in range(STEPS)]
     assert {s["blocks"] for s in result.streams} == {"double_blocks", "single_blocks"}
-    assert not hasattr(model, "_is_cached") and not run._hooks, "cache-dit off and every hook removed after the run"
+    assert not hasattr(model, "_is_cached") and not run.probe.installed, "cache-dit off and every hook removed after the run"
 
 
 def test_blocks_that_add_in_place_get_what_out_of_place_blocks_get():
@@ -164,4 +165,4 @@ def test_fn_and_bn_must_leave_blocks_to_cache_in_the_shortest_list():
     target = ResolvedTransformer(family(), TwoLists())
     assert (target.num_blocks, target.cacheable_blocks) == (DOUBLE + SINGLE, DOUBLE)
     with pytest.raises(ValueError, match="less than"):
-        plan_run(CacheSettings(Fn_compute_blocks=2, Bn_compute_blocks=1), STEPS, target.cacheable_blocks)
+        plan_run(CacheSettings(Fn_compute_blocks=2, Bn_compute_blocks=1), STEPS, target.cacheable_blocks, NODE)

@@ -13,8 +13,11 @@ import math
 import pytest
 import torch
 
-from cache_runs import COND, SHAPE, SIGMAS, STEPS, UNCOND, Stream, forward, open_run, record_of, run_single, run_split
-from krea2_cachedit.adapters.diagnostics import DecisionRules, StreamTrace, relative_change, threshold_intervals
+from cache_runs import (COND, SHAPE, SIGMAS, STEPS, UNCOND, Stream, cache_dit_change, forward, held_residuals, open_run,
+                        record_of, run_single, run_split)
+from krea2_cachedit.adapters.decision_rules import DecisionRules
+from krea2_cachedit.adapters.residual_trace import StreamTrace
+from krea2_cachedit.adapters.threshold_advisor import pair_changes, threshold_intervals
 from krea2_cachedit.adapters.settings import CacheSettings
 from krea2_synthetic import diffusers_transformer
 
@@ -24,7 +27,7 @@ def replay_of(run) -> set[int]:
     own measured changes: the cached steps of the threshold interval that holds it."""
     cached = None
     for trace, rules in run.stream_traces():
-        intervals = threshold_intervals(rules, trace.pair_changes())
+        intervals = threshold_intervals(rules, pair_changes(trace))
         [steps] = [set(cached) for low, high, cached in intervals if low < rules.threshold <= high]
         cached = steps if cached is None else cached & steps
     return cached
@@ -54,7 +57,7 @@ def test_a_change_is_measured_against_the_last_computed_step_not_the_previous_on
     trace.finish(2, cached=False)
     diffs = trace.measured_diffs()
     assert diffs[1] == pytest.approx(0.1) and diffs[2] == pytest.approx(0.3)
-    assert float(relative_change(residuals[1], residuals[2])) == pytest.approx(0.2 / 1.1)
+    assert float(cache_dit_change(residuals[1], residuals[2])) == pytest.approx(0.2 / 1.1)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -188,7 +191,7 @@ def test_a_stream_holds_one_full_residual_through_the_middle_blocks(transformer)
 
     def count(module, args):
         if run_box:
-            held.append(max((trace.held_residuals() for trace, _ in run_box[0].stream_traces()), default=0))
+            held.append(max((held_residuals(trace) for trace, _ in run_box[0].stream_traces()), default=0))
 
     # Block 2 is a middle block (Fn=1, Bn=0): it runs only in computed calls, at the activation peak.
     hook = transformer.transformer_blocks[2].register_forward_pre_hook(count)
@@ -206,4 +209,4 @@ def test_a_stream_holds_one_full_residual_through_the_middle_blocks(transformer)
     finally:
         hook.remove()
     assert len(held) == 2 * STEPS and max(held) == 1
-    assert all(trace.held_residuals() == 0 for trace, _ in run.stream_traces()), "released at the end"
+    assert all(held_residuals(trace) == 0 for trace, _ in run.stream_traces()), "released at the end"

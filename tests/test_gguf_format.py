@@ -6,6 +6,8 @@ load is compared with the values the ``gguf`` package itself decodes from the fi
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
@@ -66,7 +68,7 @@ def test_gguf_loads_the_values_the_file_holds(tmp_path, file_type):
     if file_type != "F16":
         quantized = [name for name, p in model.named_parameters() if hasattr(p, "quant_type")]
         assert quantized and all(name.endswith(".weight") for name in quantized)
-        assert checkpoint.type_counts()[file_type] == len(quantized)
+        assert collections.Counter(checkpoint.infos[key].type_name for key in checkpoint.names)[file_type] == len(quantized)
     assert types["last.modulation.lin"] == "F32" and types["blocks.0.mod.lin"] == "F32"
 
 
@@ -169,8 +171,9 @@ def test_cached_steps_dequantize_only_the_blocks_they_compute(tmp_path):
     steps, sigmas = 8, torch.linspace(1.0, 0.0, 9)
     target, clock = registry.resolve(model), StepClock(sigmas)
     per_step = []
-    with CacheRun(target, plan_run(CacheSettings(steps_mask="fast"), clock.steps, target.num_blocks), clock,
-                  conds_per_step=1) as run:
+    node = "Krea-2 Cache-DiT"
+    with CacheRun(target, plan_run(CacheSettings(steps_mask="fast"), clock.steps, target.num_blocks, node), clock,
+                  conds_per_step=1, node_name=node) as run:
         x = torch.randn(1, 16, SHAPE.channels * 4, generator=torch.Generator().manual_seed(0))
         for i in range(steps):
             dequantized.clear()

@@ -19,7 +19,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from krea2_cachedit.adapters.diagnostics import SAMPLE_SIZE, StreamTrace, relative_change, sample_index
+from cache_runs import cache_dit_change, held_residuals
+from krea2_cachedit.adapters.residual_trace import SAMPLE_SIZE, StreamTrace, sample_index
 
 pytestmark = pytest.mark.tier("realshape")
 
@@ -92,8 +93,8 @@ def test_the_traced_change_is_the_one_cache_dit_decides_on(name):
     # cache-dit, given the same pair: the very value the pack reports, cached just above it and not below.
     above, recorded = cache_dit_decides(first, second, threshold=change * 1.01)
     below, _ = cache_dit_decides(first, second, threshold=change * 0.99)
-    assert recorded == change == float(relative_change(first, second))
+    assert recorded == change == float(cache_dit_change(first, second))
     assert (above, below) == (True, False)
     trace.finish(1, cached=True)
     trace.release()
-    assert trace.held_residuals() == 0
+    assert held_residuals(trace) == 0

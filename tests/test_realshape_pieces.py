@@ -12,8 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from krea2_cachedit.adapters.diagnostics import (
-    SAMPLE_SIZE, DecisionRules, StreamTrace, relative_change, sample_index, suggest_thresholds)
+from cache_runs import cache_dit_change, held_residuals
+from krea2_cachedit.adapters.decision_rules import DecisionRules
+from krea2_cachedit.adapters.residual_trace import SAMPLE_SIZE, StreamTrace, sample_index
+from krea2_cachedit.adapters.threshold_advisor import suggest_thresholds
 from krea2_cachedit.adapters.settings import CacheSettings
 
 pytestmark = pytest.mark.tier("realshape")
@@ -52,18 +54,18 @@ def test_a_stream_traces_a_real_size_residual(name, dtype):
     trace.observe(1, second)
     trace.finish(1, cached=True)
     # The value shown is cache-dit's, in the residual's own dtype.
-    expected = relative_change(first, second)
+    expected = cache_dit_change(first, second)
     assert expected.dtype == dtype and trace.measured_diffs() == {0: None, 1: float(expected)}
     assert 0.03 < float(expected) < 0.07
     flat = second.reshape(-1)
     assert trace.samples[1].numel() == SAMPLE_SIZE and float(trace.samples[1][-1]) == float(flat[-1])
     # Kept in the residual's dtype (made float once, after the run).
     assert trace.samples[1].dtype == dtype and torch.equal(trace.samples[1], flat[sample_index(flat.numel())])
-    assert trace.held_residuals() == 1, "only the reference: the cached step's residual is dropped"
+    assert held_residuals(trace) == 1, "only the reference: the cached step's residual is dropped"
     del first, second, flat
     # The advisor works on the samples and the exact values alone.
     rules = DecisionRules.for_context(CacheSettings(max_warmup_steps=1), None, start_step=0)
     [suggestion] = suggest_thresholds([(trace, rules)])
     assert suggestion["cached_steps"] == [1] and suggestion["range"][0] == pytest.approx(float(expected), abs=1e-6)
     trace.release()
-    assert trace.held_residuals() == 0
+    assert held_residuals(trace) == 0

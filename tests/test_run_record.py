@@ -11,18 +11,18 @@ from __future__ import annotations
 import dataclasses
 import threading
 
-from cache_runs import COND, FAST, FAST_MASK_CACHED, SIGMAS, STEPS, UNCOND, Stream, forward, run_split, seeded_transformer
+from cache_runs import NODE, COND, FAST, FAST_MASK_CACHED, SIGMAS, STEPS, UNCOND, Stream, forward, run_split, seeded_transformer
 from krea2_cachedit.adapters import registry, run_record
 from krea2_cachedit.adapters.multi_device import DeviceModel, MultiDeviceRun
 from krea2_cachedit.adapters.run_record import RunMeta
 from krea2_cachedit.adapters.settings import plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
 
-META = RunMeta(node_id="5", prompt_id="p", cfg=3.5, guidance={"cfg": 3.5})
+META = RunMeta(node_name=NODE, node_id="5", prompt_id="p", cfg=3.5, guidance={"cfg": 3.5})
 
 
 def record_of(run, clock: StepClock) -> run_record.RunRecord:
-    return run_record.build(run.plan, clock, "Krea-2 (diffusers)", run.observations, META, run.parallel)
+    return run_record.build(run.outcome(), META)
 
 
 def run_on_two_devices() -> tuple[MultiDeviceRun, StepClock]:
@@ -31,7 +31,7 @@ def run_on_two_devices() -> tuple[MultiDeviceRun, StepClock]:
     devices = [DeviceModel(label, registry.resolve(copy), copy, conds_per_step=1)
                for label, copy in zip(("cuda:0", "cuda:1"), copies)]
     clock = StepClock(SIGMAS)
-    run = MultiDeviceRun(devices, plan_run(FAST, clock.steps, devices[0].target.num_blocks), clock)
+    run = MultiDeviceRun(devices, plan_run(FAST, clock.steps, devices[0].target.num_blocks, NODE), clock, node_name=NODE)
     streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7)]
     with run:
         device_runs = run.routes()

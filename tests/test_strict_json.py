@@ -23,7 +23,7 @@ def test_non_finite_floats_become_null_and_say_where():
 
 
 def test_a_record_with_nan_is_published_as_strict_json_with_a_warning():
-    record = skipped_record(4, RunMeta(node_id="5", prompt_id="p", cfg=math.nan, guidance={"cfg": math.nan}), "why")
+    record = skipped_record(4, RunMeta(node_name="Krea-2 Cache-DiT", node_id="5", prompt_id="p", cfg=math.nan, guidance={"cfg": math.nan}), "why")
     record.residual_diffs = [None, math.inf, 0.1, None]
     data = record.as_dict()
     assert (data["cfg"], data["guidance"]["cfg"], data["residual_diffs"]) == (None, None, [None, None, 0.1, None])
