@@ -1,10 +1,13 @@
-"""The Cache-DiT nodes: settings in, a MODEL clone with the cache wrappers out.
+"""The Cache-DiT DBCache nodes: settings in, a MODEL clone with the cache wrappers out.
 
-``CacheDiTDBCache`` takes any supported family; ``Krea2CacheDiT`` is the same node restricted to
-Krea-2 (its id, inputs and behaviour are what saved workflows hold). Both build their schema here.
+Both nodes are built from one description of their settings (``SETTINGS``): ``CacheDiTDBCache``
+takes any supported family, ``Krea2CacheDiT`` the Krea-2 ones (its id, inputs and behaviour are
+what saved workflows hold). The inputs' order is the widgets' order in saved workflows: append only.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from comfy_api.latest import io
 
@@ -15,71 +18,80 @@ from .input_checks import schema_problem
 from .plain_errors import plain_errors
 from .wrappers import CacheDiTHolder, install
 
+CATEGORY = "model/patch/Cache-DiT"
 DEFAULTS = CacheSettings()
 
 
-def _int(name, default, minimum, maximum, tooltip):
-    return io.Int.Input(name, default=default, min=minimum, max=maximum, tooltip=tooltip)
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One input of the cache nodes: a ``CacheSettings`` field, its widget's bounds and tooltip."""
+
+    name: str
+    tooltip: str
+    minimum: float | None = None
+    maximum: float | None = None
+    step: float | None = None          # a float widget's step (None: an int widget)
+    options: tuple[str, ...] = ()      # a combo's choices
+
+    def widget(self) -> io.Input:
+        default = getattr(DEFAULTS, self.name)
+        if self.options:
+            return io.Combo.Input(self.name, options=list(self.options), default=default, tooltip=self.tooltip)
+        if self.step is not None:
+            return io.Float.Input(self.name, default=default, min=self.minimum, max=self.maximum, step=self.step,
+                                  tooltip=self.tooltip)
+        return io.Int.Input(self.name, default=default, min=self.minimum, max=self.maximum, tooltip=self.tooltip)
 
 
-def _schema(node_id: str, display_name: str, description: str, model_tooltip: str) -> io.Schema:
-    """The schema both cache nodes share: only their names and the model they take differ."""
-    return io.Schema(
-        node_id=node_id,
-        display_name=display_name,
-        category="Krea-2",
-        description=description,
-        inputs=[
-            io.Model.Input("model", tooltip=model_tooltip),
-            io.Combo.Input("steps_mask", options=list(STEP_MASKS), default=DEFAULTS.steps_mask, tooltip=(
-                "Cache a fixed set of steps for a predictable speedup (slow < medium < fast < ultra). "
-                "'none' (default): the residual threshold decides.")),
-            _int("Fn_compute_blocks", DEFAULTS.Fn_compute_blocks, 1, 64,
-                 "First blocks, always computed; their change decides whether a step is cached."),
-            _int("Bn_compute_blocks", DEFAULTS.Bn_compute_blocks, 0, 64,
-                 "Last blocks, always computed to refine a cached step."),
-            io.Float.Input("residual_diff_threshold", default=DEFAULTS.residual_diff_threshold, min=0.0,
-                           max=2.0, step=0.01, tooltip=(
-                               "Cache a step when the first blocks changed less than this. Higher is faster, "
-                               "lower is closer to the uncached image; 0 turns it off.")),
-            _int("max_warmup_steps", DEFAULTS.max_warmup_steps, 0, 1000,
-                 "Steps at the start that are always computed."),
-            _int("warmup_interval", DEFAULTS.warmup_interval, 1, 100,
-                 "Compute only every n-th warmup step (1: all of them)."),
-            _int("max_cached_steps", DEFAULTS.max_cached_steps, -1, 1000,
-                 "Most steps cached in one run (-1: no limit)."),
-            _int("max_continuous_cached_steps", DEFAULTS.max_continuous_cached_steps, -1, 1000,
-                 "Most cached steps in a row before one is computed again (-1: no limit)."),
-            io.Combo.Input("calibrator", options=list(CALIBRATORS), default=DEFAULTS.calibrator, tooltip=(
-                "What a cached step serves: the last computed result (none, default) or a forecast of it "
-                "(taylorseer, foca, dmd). The forecasts are not measured on real Krea-2 weights.")),
-            io.Int.Input("taylorseer_order", default=DEFAULTS.taylorseer_order, min=TAYLORSEER_ORDERS[0],
-                         max=TAYLORSEER_ORDERS[1],
-                         tooltip="Order of the taylorseer forecast (1 or 2 recommended)."),
-            io.Int.Input("dmd_history", default=DEFAULTS.dmd_history, min=DMD_HISTORY[0], max=DMD_HISTORY[1],
-                         tooltip="Computed steps the dmd forecast is fitted on (5-6 recommended)."),
-        ],
-        outputs=[io.Model.Output(tooltip="The model with Cache-DiT; the input model is unchanged.")],
-        hidden=[io.Hidden.unique_id],
-        # The MODEL it returns carries this node's id (its stats go to this node). ComfyUI's
-        # cache would hand that MODEL to another node with the same inputs under another id
-        # (it does not key V3 nodes by their hidden unique_id), so key it by node id.
-        not_idempotent=True,
-    )
+SETTINGS: tuple[Setting, ...] = (
+    Setting("steps_mask", options=STEP_MASKS, tooltip=(
+        "Cache a fixed set of steps for a predictable speedup (slow < medium < fast < ultra). "
+        "'none' (default): the residual threshold decides.")),
+    Setting("Fn_compute_blocks", minimum=1, maximum=64,
+            tooltip="First blocks, always computed; their change decides whether a step is cached."),
+    Setting("Bn_compute_blocks", minimum=0, maximum=64, tooltip="Last blocks, always computed to refine a cached step."),
+    Setting("residual_diff_threshold", minimum=0.0, maximum=2.0, step=0.01, tooltip=(
+        "Cache a step when the first blocks changed less than this. Higher is faster, lower is closer to the "
+        "uncached image; 0 turns it off.")),
+    Setting("max_warmup_steps", minimum=0, maximum=1000, tooltip="Steps at the start that are always computed."),
+    Setting("warmup_interval", minimum=1, maximum=100, tooltip="Compute only every n-th warmup step (1: all of them)."),
+    Setting("max_cached_steps", minimum=-1, maximum=1000, tooltip="Most steps cached in one run (-1: no limit)."),
+    Setting("max_continuous_cached_steps", minimum=-1, maximum=1000,
+            tooltip="Most cached steps in a row before one is computed again (-1: no limit)."),
+    Setting("calibrator", options=CALIBRATORS, tooltip=(
+        "What a cached step serves: the last computed result (none, default) or a forecast of it "
+        "(taylorseer, foca, dmd). The forecasts are not measured on real Krea-2 weights.")),
+    Setting("taylorseer_order", minimum=TAYLORSEER_ORDERS[0], maximum=TAYLORSEER_ORDERS[1],
+            tooltip="Order of the taylorseer forecast (1 or 2 recommended)."),
+    Setting("dmd_history", minimum=DMD_HISTORY[0], maximum=DMD_HISTORY[1],
+            tooltip="Computed steps the dmd forecast is fitted on (5-6 recommended)."),
+)
 
 
-class Krea2CacheDiT(io.ComfyNode):
-    SCOPE: NodeScope = KREA2_SCOPE
+class _CacheDiTNode(io.ComfyNode):
+    """What both cache nodes are; a subclass names itself and the families it accepts."""
+
+    SCOPE: NodeScope
+    NODE_ID: str
+    DISPLAY_NAME: str
+    DESCRIPTION: str
+    MODEL_TOOLTIP: str
 
     @classmethod
     def define_schema(cls) -> io.Schema:
-        return _schema(
-            "Krea2CacheDiT", "Krea-2 Cache-DiT",
-            "Speeds up Krea-2 sampling with cache-dit: steps whose early blocks barely change reuse the "
-            "last computed result. Put it between the model loader and the sampler. The defaults are the "
-            "reference settings measured on real Krea-2 weights. After each run the node shows what was "
-            "cached and why.",
-            "A Krea-2 model from Load Diffusion Model or Load Krea-2 (diffusers).")
+        return io.Schema(
+            node_id=cls.NODE_ID,
+            display_name=cls.DISPLAY_NAME,
+            category=CATEGORY,
+            description=cls.DESCRIPTION,
+            inputs=[io.Model.Input("model", tooltip=cls.MODEL_TOOLTIP), *(setting.widget() for setting in SETTINGS)],
+            outputs=[io.Model.Output(tooltip="The model with Cache-DiT; the input model is unchanged.")],
+            hidden=[io.Hidden.unique_id],
+            # The MODEL it returns carries this node's id (its stats go to this node). ComfyUI's
+            # cache would hand that MODEL to another node with the same inputs under another id
+            # (it does not key V3 nodes by their hidden unique_id), so key it by node id.
+            not_idempotent=True,
+        )
 
     @classmethod
     def validate_inputs(cls, **kwargs) -> bool | str:
@@ -87,40 +99,37 @@ class Krea2CacheDiT(io.ComfyNode):
         return schema_problem(cls.define_schema().inputs, kwargs) or True
 
     @classmethod
-    def execute(cls, model, steps_mask, Fn_compute_blocks, Bn_compute_blocks, residual_diff_threshold,
-                max_warmup_steps, warmup_interval, max_cached_steps, max_continuous_cached_steps,
-                calibrator, taylorseer_order, dmd_history) -> io.NodeOutput:
+    def execute(cls, model, **settings) -> io.NodeOutput:
         with plain_errors():
-            settings = CacheSettings(
-                Fn_compute_blocks=Fn_compute_blocks, Bn_compute_blocks=Bn_compute_blocks,
-                residual_diff_threshold=residual_diff_threshold, max_warmup_steps=max_warmup_steps,
-                warmup_interval=warmup_interval, max_cached_steps=max_cached_steps,
-                max_continuous_cached_steps=max_continuous_cached_steps, calibrator=calibrator,
-                taylorseer_order=taylorseer_order, dmd_history=dmd_history, steps_mask=steps_mask)
-            return cls._patched(model, settings)
-
-    @classmethod
-    def _patched(cls, model, settings: CacheSettings) -> io.NodeOutput:
-        target = resolve(model.model.diffusion_model, cls.SCOPE)
-        check_compute_blocks(settings, target.cacheable_blocks, cls.SCOPE.node_name)
-        patched = model.clone()
-        install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""),
-                                        node_name=cls.SCOPE.node_name))
-        return io.NodeOutput(patched)
+            settings = CacheSettings(**{setting.name: settings[setting.name] for setting in SETTINGS})
+            target = resolve(model.model.diffusion_model, cls.SCOPE)
+            check_compute_blocks(settings, target.cacheable_blocks, cls.SCOPE.node_name)
+            patched = model.clone()
+            install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""),
+                                            node_name=cls.SCOPE.node_name))
+            return io.NodeOutput(patched)
 
 
-class CacheDiTDBCache(Krea2CacheDiT):
+class Krea2CacheDiT(_CacheDiTNode):
+    SCOPE = KREA2_SCOPE
+    NODE_ID = "Krea2CacheDiT"
+    DISPLAY_NAME = "Krea-2 Cache-DiT"
+    DESCRIPTION = ("Speeds up Krea-2 sampling with cache-dit: steps whose early blocks barely change reuse the "
+                   "last computed result. Put it between the model loader and the sampler. The defaults are the "
+                   "reference settings measured on real Krea-2 weights. After each run the node shows what was "
+                   "cached and why.")
+    MODEL_TOOLTIP = "A Krea-2 model from Load Diffusion Model or Load Krea-2 (diffusers)."
+
+
+class CacheDiTDBCache(_CacheDiTNode):
     """The same node for every supported family (Krea-2, Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1 / Flux.2)."""
 
-    SCOPE: NodeScope = ANY_SCOPE
-
-    @classmethod
-    def define_schema(cls) -> io.Schema:
-        families = ", ".join(dict.fromkeys(f.model for f in cls.SCOPE.families))
-        return _schema(
-            "CacheDiTDBCache", "Cache-DiT DBCache (any supported DiT)",
-            f"Speeds up sampling of {families} with cache-dit's DBCache: steps whose early blocks barely "
-            "change reuse the last computed result. Put it between the model loader and the sampler. The "
-            "defaults are the reference settings measured on real Krea-2 weights; no other family has "
-            "published settings for them. After each run the node shows what was cached and why.",
-            f"A {families} model from Load Diffusion Model (Krea-2 also from Load Krea-2 (diffusers)).")
+    SCOPE = ANY_SCOPE
+    NODE_ID = "CacheDiTDBCache"
+    DISPLAY_NAME = "Cache-DiT DBCache (any supported DiT)"
+    _FAMILIES = ", ".join(dict.fromkeys(f.model for f in ANY_SCOPE.families))
+    DESCRIPTION = (f"Speeds up sampling of {_FAMILIES} with cache-dit's DBCache: steps whose early blocks barely "
+                   "change reuse the last computed result. Put it between the model loader and the sampler. The "
+                   "defaults are the reference settings measured on real Krea-2 weights; no other family has "
+                   "published settings for them. After each run the node shows what was cached and why.")
+    MODEL_TOOLTIP = f"A {_FAMILIES} model from Load Diffusion Model (Krea-2 also from Load Krea-2 (diffusers))."

@@ -20,7 +20,7 @@ class Krea2CompareImages(io.ComfyNode):
         return io.Schema(
             node_id="Krea2CompareImages",
             display_name="Krea-2 Compare Images",
-            category="Krea-2",
+            category="image/Cache-DiT",
             description=(
                 "How far a candidate image is from a reference, e.g. the cached image from the uncached one "
                 "with the same seed: MAE, PSNR and a difference heatmap, shown on the node. Batches are "

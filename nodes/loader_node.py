@@ -55,7 +55,7 @@ class Krea2DiffusersLoader(io.ComfyNode):
         return io.Schema(
             node_id="Krea2DiffusersLoader",
             display_name="Load Krea-2 (diffusers)",
-            category="Krea-2",
+            category="model/loaders/Krea-2",
             description=("Loads Krea-2 weights (diffusers folder, single file, original format or GGUF) into "
                          "diffusers' Krea2Transformer2DModel and hands it to ComfyUI as a MODEL."),
             inputs=[

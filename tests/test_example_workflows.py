@@ -102,6 +102,19 @@ def test_examples_are_shipped():
     assert {path.name for path in EXAMPLES} == set(EXPECTED)
 
 
+def test_the_cache_nodes_are_siblings_in_a_category_every_family_finds(object_info):
+    """Saved workflows hold widget values by position: both cache nodes take the same settings in the same order."""
+    krea2, general = object_info["Krea2CacheDiT"], object_info["CacheDiTDBCache"]
+    assert krea2["category"] == general["category"] == "model/patch/Cache-DiT"
+    assert krea2["input_order"] == general["input_order"]
+    strip = lambda inputs: {name: spec for name, spec in inputs.items() if name != "model"}  # noqa: E731
+    assert strip(krea2["input"]["required"]) == strip(general["input"]["required"])
+    assert krea2["input_order"]["required"] == [
+        "model", "steps_mask", "Fn_compute_blocks", "Bn_compute_blocks", "residual_diff_threshold", "max_warmup_steps",
+        "warmup_interval", "max_cached_steps", "max_continuous_cached_steps", "calibrator", "taylorseer_order",
+        "dmd_history"]
+
+
 def test_examples_are_offered_as_templates(comfy_server):
     """ComfyUI lists a pack's example_workflows/ in the editor's template browser and serves them."""
     listed = comfy_server.get("/workflow_templates")

@@ -83,7 +83,7 @@ def native_latent(comfy_server, models):
 
 def test_node_contract_and_listing(comfy_server, models):
     info = comfy_server.get(f"/object_info/{LOADER_NODE}")[LOADER_NODE]
-    assert info["display_name"] == "Load Krea-2 (diffusers)" and info["category"] == "Krea-2"
+    assert info["display_name"] == "Load Krea-2 (diffusers)" and info["category"] == "model/loaders/Krea-2"
     assert info["output"] == ["MODEL"] and all(info["output_tooltips"])
     required = info["input"]["required"]
     assert required["weight_dtype"][1]["options"] == ["default", "bf16", "fp16", "fp32"]
