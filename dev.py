@@ -8,7 +8,7 @@ With ComfyUI, both need a small trained Krea-2 proxy (tests/krea2_proxy.py), bui
 ~/.cache/krea2-cachedit (about 13 minutes on 2 CPU cores): ``test`` builds it first; ``demo``, when
 it is not built yet, shows the seeded-random model's table first and builds it after that.
 
-and the GPU check (README, "GPU check"): Krea-2 Turbo and Raw at full size on a GPU machine
+and the GPU check (docs/gpu-check.md): Krea-2 Turbo and Raw at full size on a GPU machine
 without network, with and without the cache and torch.compile:
 
     python3 dev.py gpu-check --prepare   # here: put what that machine lacks into .gpu-check/

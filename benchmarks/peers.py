@@ -32,7 +32,7 @@ back to back ``--own-cost-repeats`` times (30), and its check reads the median o
 ratios with a 95% confidence interval (``spread.median_interval``).
 
 It writes ``peers.json`` (the table) and ``peers.png`` (wall-clock speedup against MAE, one curve
-per method) to ``benchmarks/results/``, and prints the table as Markdown for the README. A small
+per method) to ``benchmarks/results/``, and prints the table as Markdown for docs/benchmarks.md. A small
 model on procedural images: figures of **dynamics on the proxy, not Krea-2 quality**.
 
     python benchmarks/peers.py                 # the full run (about 20 minutes on one CPU thread)

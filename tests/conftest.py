@@ -1,6 +1,6 @@
 """Shared fixtures (the pack loaded as ComfyUI loads it, the real ComfyUI server) and test tiers.
 
-Test tiers (see README, "Development"), reported one line each at the end of a run:
+Test tiers (see docs/development.md, "Test tiers"), reported one line each at the end of a run:
 - core: real torch + diffusers + cache-dit, no ComfyUI;
 - comfyui: the real ComfyUI server on the CPU (skipped when no ComfyUI is found);
 - browser: headless Chromium against that server (skipped without Chromium/Node);

@@ -6,7 +6,7 @@ files git would take (tracked + untracked-but-not-ignored) are copied into a
 scratch repository and packed there.
 
 comfy-cli is a separate tool, not a dependency of the pack: set ``KREA2_COMFY_CLI``
-to its executable or put ``comfy`` on PATH (README, "Development").
+to its executable or put ``comfy`` on PATH (``python3 dev.py test`` does so, see docs/development.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A handful of Turbo-like cases (uncached, the node's defaults, one calibrator, Ea
 at their default and at a high ``reuse_threshold``, EasyCache without its own input copy), one
 image, two alternating repeats: every method
 must produce finite images and consistent figures, and the benchmark must write its table and plot.
-The figures themselves are the benchmark's to report (README, "Against EasyCache and LazyCache").
+The figures themselves are the benchmark's to report (docs/benchmarks.md, "Against EasyCache and LazyCache").
 """
 
 from __future__ import annotations
