@@ -20,10 +20,15 @@ import torch
 from comfy_harness import REPO_ROOT, comfyui_python
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import gpu_check  # noqa: E402
+import gpu_check_budget  # noqa: E402
+import gpu_check_cases  # noqa: E402
+import gpu_check_phases  # noqa: E402
+import gpu_check_rows  # noqa: E402
+import gpu_check_table  # noqa: E402
 import gpu_check_setup  # noqa: E402
 from krea2_synthetic import (  # noqa: E402
     FULL_SIZE, Krea2Shape, native_shapes, native_state_dict, write_native_checkpoint)
+from speedup import Case  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -60,23 +65,23 @@ def test_full_size_is_the_krea2_comfyui_detects(comfy_root):
     expected = {"features": 6144, "layers": 28, "heads": 48, "kvheads": 12, "txtdim": 2560, "txtlayers": 12,
                 "channels": 16}
     assert {key: config[key] for key in expected} == expected
-    assert gpu_check.FULL.full_size and not gpu_check.SMOKE.full_size
+    assert gpu_check_cases.FULL.full_size and not gpu_check_cases.SMOKE.full_size
 
 
 def test_plan_raw_keeps_full_length_and_drops_repeats_first():
     step_s, cases = 0.5, 4                      # one repeat of 52 steps: 104 s
-    assert gpu_check.plan_raw(250, step_s, cases, most_repeats=2) == (52, 2)
-    assert gpu_check.plan_raw(150, step_s, cases, most_repeats=2) == (52, 1)
-    assert gpu_check.plan_raw(52, step_s, cases, most_repeats=2) == (26, 1)
-    assert gpu_check.plan_raw(10, step_s, cases, most_repeats=2) is None
-    assert gpu_check.repeats_that_fit(100, 2.0, 4, most=5) == 5
-    assert gpu_check.repeats_that_fit(20, 2.0, 4, most=5) == 2
+    assert gpu_check_budget.plan_raw(250, step_s, cases, most_repeats=2) == (52, 2)
+    assert gpu_check_budget.plan_raw(150, step_s, cases, most_repeats=2) == (52, 1)
+    assert gpu_check_budget.plan_raw(52, step_s, cases, most_repeats=2) == (26, 1)
+    assert gpu_check_budget.plan_raw(10, step_s, cases, most_repeats=2) is None
+    assert gpu_check_budget.repeats_that_fit(100, 2.0, 4, most=5) == 5
+    assert gpu_check_budget.repeats_that_fit(20, 2.0, 4, most=5) == 2
 
 
 def test_report_gives_the_estimates_error_and_the_nodes_extra_peak_per_case(capsys):
     def row(variant, peak, records):
-        measured = gpu_check.Measured(gpu_check.Case(f"turbo {variant}", 8, 1.0, None), "turbo", variant, False, None,
-                                      times=[2.0], records=records, peak_allocated=peak)
+        measured = gpu_check_rows.Measured(Case(f"turbo {variant}", 8, 1.0, None), "turbo", variant, False, None,
+                                           times=[2.0], records=records, peak_allocated=peak)
         return ("turbo", False, variant), measured
 
     gib = 2 ** 30
@@ -84,14 +89,14 @@ def test_report_gives_the_estimates_error_and_the_nodes_extra_peak_per_case(caps
                  row("caching off", 10 * gib + 100 * 2 ** 20, [{"duration_s": 2.0, "estimated_uncached_s": 2.0}] * 3),
                  row("defaults", 10 * gib + 52 * 2 ** 20, [{"duration_s": 1.5, "estimated_uncached_s": v}
                                                            for v in (2.1, 2.2, 2.6)])])
-    table = {r["variant"]: r for r in gpu_check.summarize(rows)}
+    table = {r["variant"]: r for r in gpu_check_rows.summarize(rows)}
     assert table["defaults"]["estimate_error"] == pytest.approx(0.1)     # median 2.2 against 2.0 measured
     assert table["defaults"]["extra_vram_mib"] == pytest.approx(52)
     assert table["caching off"]["estimate_error"] is None and table["caching off"]["extra_vram_mib"] == 100
     assert table["uncached"]["estimate_error"] is None and table["uncached"]["extra_vram_mib"] is None
     report = {"device": "test", "model": {"description": "m"}, "settings": {"size": 1024}, "cases": list(table.values()),
               "caching_off_overhead": {}, "budget": {"cuts": []}, "errors": [], "timings": {}, "smoke": False}
-    gpu_check.print_table(report)
+    gpu_check_table.print_table(report)
     printed = capsys.readouterr().out
     assert "+52 MiB" in printed and "+10.0%" in printed
 
@@ -157,16 +162,16 @@ def test_install_refuses_a_folder_prepared_for_another_python(tmp_path):
 
 VARIANTS = ("uncached", "defaults", "steps_mask fast", "caching off")
 EXPECTED_CASES = ([f"{w} {v}" for w in ("turbo", "raw") for v in VARIANTS]
-                  + [f"raw 2 gpus {v}" for v in gpu_check.TWO_GPU_VARIANTS]
-                  + [f"{w} compiled {v}" for w in ("turbo", "raw") for v in gpu_check.COMPILED_VARIANTS])
+                  + [f"raw 2 gpus {v}" for v in gpu_check_cases.TWO_GPU_VARIANTS]
+                  + [f"{w} compiled {v}" for w in ("turbo", "raw") for v in gpu_check_cases.COMPILED_VARIANTS])
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="here the two-GPU case would run")
 def test_the_two_gpu_case_says_skipped_with_fewer_than_two_gpus(capsys):
     import time
 
-    check = gpu_check.Check(server=None, scale=gpu_check.FULL, budget=gpu_check.Budget(time.time(), 480),
-                            model_name="unused", features=0)
+    check = gpu_check_phases.Check(server=None, scale=gpu_check_cases.FULL,
+                                   budget=gpu_check_budget.Budget(time.time(), 480), model_name="unused", features=0)
     check.two_gpus()
     assert check.two_gpu == "skipped: one GPU"
     assert "[two GPUs] skipped: one GPU" in capsys.readouterr().out

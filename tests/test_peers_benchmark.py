@@ -18,7 +18,13 @@ import pytest
 from comfy_harness import REPO_ROOT, strict_loads
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import peers  # noqa: E402
+import peers_cases  # noqa: E402
+import peers_checks  # noqa: E402
+import peers_compare  # noqa: E402
+import peers_report  # noqa: E402
+import peers_runner  # noqa: E402
+import peers_sample  # noqa: E402
+import spread  # noqa: E402
 
 proxy_tier = pytest.mark.tier("proxy")
 HIGH = 1.2  # a reuse_threshold at which both peers skip steps on the proxy
@@ -26,10 +32,10 @@ HIGH = 1.2  # a reuse_threshold at which both peers skip steps on the proxy
 
 def test_a_peer_summary_is_read_only_from_its_own_prompt():
     line = "\x1b[32m[INFO]\x1b[0m EasyCache - skipped 3/8 steps (1.60x speedup).\n"
-    assert peers.peer_skipped("got prompt\n" + line, "EasyCache") == (3, 8)
+    assert peers_sample.peer_skipped("got prompt\n" + line, "EasyCache") == (3, 8)
     for log in ("got prompt\n", line + line, line.replace("EasyCache", "LazyCache")):
         with pytest.raises(RuntimeError, match="expected one EasyCache summary line"):
-            peers.peer_skipped(log, "EasyCache")
+            peers_sample.peer_skipped(log, "EasyCache")
 
 
 def row(case, wall, mae, method="Cache-DiT threshold"):
@@ -38,19 +44,20 @@ def row(case, wall, mae, method="Cache-DiT threshold"):
 
 def test_the_node_is_compared_at_equal_or_higher_speed():
     node = [row("slow good", 1.2, 1.0), row("fast", 1.6, 5.0)]
-    verdicts = peers.compare([row("peer a", 1.25, 3.0, "EasyCache"), row("peer b", 1.7, 4.0, "EasyCache"),
-                              row("peer c", 2.0, 9.0, "EasyCache")], node)
+    verdicts = peers_compare.compare([row("peer a", 1.25, 3.0, "EasyCache"), row("peer b", 1.7, 4.0, "EasyCache"),
+                                      row("peer c", 2.0, 9.0, "EasyCache")], node)
     # 1.2x is within 5% of 1.25x; 1.6x is not within 5% of 1.7x; nothing is near 2.0x.
     assert [(v["best"], v["winner"]) for v in verdicts] == [("slow good", "best"), (None, "unmatched"),
                                                              (None, "unmatched")]
-    faster_and_better = peers.compare([row("peer d", 1.5, 2.0, "EasyCache")], node)
+    faster_and_better = peers_compare.compare([row("peer d", 1.5, 2.0, "EasyCache")], node)
     assert [(v["best"], v["winner"]) for v in faster_and_better] == [("fast", "challenger")]
 
 
 @pytest.fixture(scope="module")
 def quick(proxy_server, proxy):
-    cases = peers.quick_cases()
-    rows = peers.measure(proxy_server, cases, peers.IMAGES[:1], repeats=2, decode=proxy.decode, progress=lambda _: None)
+    cases = peers_cases.quick_cases()
+    rows = peers_runner.measure(proxy_server, cases, peers_cases.IMAGES[:1], repeats=2, decode=proxy.decode,
+                                progress=lambda _: None)
     return cases, {r["case"]: r for r in rows}
 
 
@@ -58,7 +65,8 @@ def quick(proxy_server, proxy):
 def test_every_method_produces_finite_images_and_figures(quick):
     cases, rows = quick
     assert set(rows) == {c.name for c in cases}
-    assert {c.method for c in cases} >= {peers.UNCACHED, peers.THRESHOLD, peers.EASYCACHE, peers.LAZYCACHE}
+    assert {c.method for c in cases} >= {peers_cases.UNCACHED, peers_cases.THRESHOLD, peers_cases.EASYCACHE,
+                                         peers_cases.LAZYCACHE}
     for name, r in rows.items():
         assert r["finite"], name
         assert r["runs"] == 2 and all(0 <= s <= r["steps"] for s in r["skipped"]), r
@@ -78,7 +86,7 @@ def test_every_method_produces_finite_images_and_figures(quick):
 @proxy_tier
 def test_the_peers_skip_whole_model_calls_at_a_high_threshold(quick):
     _, rows = quick
-    for peer in peers.PEERS:
+    for peer in peers_cases.PEERS:
         r = rows[f"turbo {peer} {HIGH:g}"]
         (skipped,) = r["skipped"]
         assert skipped > 0 and r["mae_255"] > 0, r
@@ -95,7 +103,7 @@ def test_easycache_writes_into_a_float32_model_input(quick):
     (as a cast to bf16 gives it on a GPU) the same threshold costs far less (measured 3.7 against
     21.4/255 at 0.2 over the benchmark's images)."""
     _, rows = quick
-    own, in_place = rows["turbo EasyCache 0.2"], rows[f"turbo {peers.EASYCACHE_IN_PLACE} 0.2"]
+    own, in_place = rows["turbo EasyCache 0.2"], rows[f"turbo {peers_cases.EASYCACHE_IN_PLACE} 0.2"]
     assert own["skipped"][0] > 0 and in_place["skipped"][0] > 0, (own, in_place)
     assert in_place["mae_255"] > 2 * own["mae_255"], (own, in_place)
 
@@ -104,20 +112,20 @@ def test_easycache_writes_into_a_float32_model_input(quick):
 def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_root):
     cases, rows = quick
     rows = list(rows.values())
-    comparisons = peers.head_to_head(rows)
-    peer_rows = [r for r in rows if r["method"] in peers.PEERS and max(r["skipped"]) > 0]
+    comparisons = peers_compare.head_to_head(rows)
+    peer_rows = [r for r in rows if r["method"] in peers_cases.PEERS and max(r["skipped"]) > 0]
     assert [v["challenger"] for v in comparisons["peers_vs_node"]] == [r["case"] for r in peer_rows]
     # Two thresholds per peer, and caching off and the defaults for the node, with different skipped
     # counts: a line each.
-    assert [c["method"] for c in comparisons["step_costs"]] == ["Cache-DiT", *peers.PEERS]
+    assert [c["method"] for c in comparisons["step_costs"]] == ["Cache-DiT", *peers_cases.PEERS]
     assert all(math.isfinite(c["saved_per_step_s"]) for c in comparisons["step_costs"]), comparisons["step_costs"]
-    info = peers.conditions(comfy_root, proxy, peers.IMAGES[:1], 2, "1")
-    json_path, png_path, drawn = peers.write_results(rows, comparisons, info, tmp_path)
+    info = peers_report.conditions(comfy_root, proxy, peers_cases.IMAGES[:1], 2, "1")
+    json_path, png_path, drawn = peers_report.write_results(rows, comparisons, info, tmp_path)
     written = strict_loads(json_path.read_text())
     assert written["rows"] == json.loads(json.dumps(rows)) and written["conditions"]["date"] == info["date"]
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 10_000
     assert drawn == {"turbo": list(dict.fromkeys(c.method for c in cases))}
-    assert "| 8, 1 | EasyCache | 1.2 |" in peers.markdown_table(rows)
+    assert "| 8, 1 | EasyCache | 1.2 |" in peers_report.markdown_table(rows)
 
 
 @proxy_tier
@@ -126,11 +134,11 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     rows = [dict(r) for r in rows.values()]
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps({"costs": {"block": 1.0, "text": 6.0, "rest": 2.0, "blocks": 28}}))
-    info = peers.conditions(comfy_root, proxy, peers.IMAGES[:1], 2, "1")
-    _, comparisons = peers.report(rows, info, tmp_path, stem="projected", costs_path=costs)
+    info = peers_report.conditions(comfy_root, proxy, peers_cases.IMAGES[:1], 2, "1")
+    _, comparisons = peers_report.report(rows, info, tmp_path, stem="projected", costs_path=costs)
     by_case = {r["case"]: r for r in rows}
     assert by_case["turbo uncached"]["projected"] == 1.0
-    for peer in peers.PEERS:  # a skipped call runs nothing: model calls without / with
+    for peer in peers_cases.PEERS:  # a skipped call runs nothing: model calls without / with
         r = by_case[f"turbo {peer} {HIGH:g}"]
         assert r["projected"] == pytest.approx(r["step_ideal"]), r
     # The node computed the text path once per run, and its defaults cache: faster than caching off.
@@ -139,12 +147,12 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     assert comparisons["projected"]["basis"] == "projected"
     written = strict_loads((tmp_path / "projected.json").read_text())
     assert written["conditions"]["projection"]["shares"]["text"] == pytest.approx(6 / 36)
-    checks = peers.target_checks(rows, [comparisons, comparisons["projected"]])
+    checks = peers_checks.target_checks(rows, [comparisons, comparisons["projected"]])
     assert any(line.startswith("check: turbo: the node's own cost") for line in checks), checks
     # A caching row's share of its ideal: over caching off, repeat by repeat (as the demo judges its rows).
     cached, off = by_case["turbo Cache-DiT threshold 0.24"], by_case["turbo Cache-DiT caching off 0"]
     assert cached["ideal"] > 1.0 and len(cached["times"]) == len(off["times"]) == cached["runs"]
-    share = peers.caching_efficiency(cached["times"], off["times"], cached["ideal"]).median
+    share = spread.caching_efficiency(cached["times"], off["times"], cached["ideal"]).median
     assert any(line.startswith(f"check: {cached['case']}: {share:.0%} of its ideal over caching off")
                for line in checks), checks
     assert any("(projected): a faster node setting" in line for line in checks), checks
@@ -153,15 +161,17 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
 @proxy_tier
 def test_the_own_cost_is_read_from_interleaved_repeats_of_its_three_cases(quick, proxy_server):
     cases, rows = quick
-    measured = peers.measure_own_cost(proxy_server, cases, peers.IMAGES[:2], pairs=6, progress=lambda _: None)
+    measured = peers_runner.measure_own_cost(proxy_server, cases, peers_cases.IMAGES[:2], pairs=6,
+                                             progress=lambda _: None)
     assert list(measured) == ["turbo"]
     times = measured["turbo"]["times"]
-    assert set(times) == {peers.UNCACHED, peers.CACHING_OFF, peers.CACHING_OFF_FULL_TEXT}
+    assert set(times) == {peers_cases.UNCACHED, peers_cases.CACHING_OFF, peers_cases.CACHING_OFF_FULL_TEXT}
     assert all(len(t) == 6 and all(s > 0 for s in t) for t in times.values()), times
-    full = peers.own_cost_interval(times, peers.CACHING_OFF_FULL_TEXT)
-    ratios = sorted(u / f for u, f in zip(times[peers.UNCACHED], times[peers.CACHING_OFF_FULL_TEXT]))
+    full = peers_checks.own_cost_interval(times, peers_cases.CACHING_OFF_FULL_TEXT)
+    ratios = sorted(u / f for u, f in zip(times[peers_cases.UNCACHED], times[peers_cases.CACHING_OFF_FULL_TEXT]))
     assert (full.low, full.high) == (ratios[0], ratios[-1])   # 6 pairs: the extremes bound the median
-    checks = peers.target_checks(list(rows.values()), [peers.head_to_head(list(rows.values()))], measured)
+    all_rows = list(rows.values())
+    checks = peers_checks.target_checks(all_rows, [peers_compare.head_to_head(all_rows)], measured)
     own = [line for line in checks if "the node's own cost" in line]
     # One own-cost line, from the pairs (not from the table's repeats), with its interval and count.
     assert len(own) == 1 and "95% interval" in own[0] and "6 interleaved repeats" in own[0], own
@@ -174,9 +184,9 @@ def test_a_caching_row_is_judged_by_the_confidence_interval_of_its_median_share(
                                      "times": [1.0 / (2.0 * (share + spread_ * ((4 * i) % 15 - 7) / 7)) for i in range(15)]}
     # +-25% between single repeats, wider than the 10% margin, yet 15 pairs put the median's interval
     # (the 4th smallest to the 4th largest) on one side of 90%.
-    assert peers.efficiency_check(row_at(1.10, 0.25), off).endswith("interval 96% to 124%; at least 90%: ok)")
-    assert peers.efficiency_check(row_at(0.70, 0.25), off).endswith("interval 56% to 84%; at least 90%: BELOW)")
-    assert peers.efficiency_check(row_at(0.90, 0.10), off).endswith("at least 90%: undecided)")
+    assert peers_checks.efficiency_check(row_at(1.10, 0.25), off).endswith("interval 96% to 124%; at least 90%: ok)")
+    assert peers_checks.efficiency_check(row_at(0.70, 0.25), off).endswith("interval 56% to 84%; at least 90%: BELOW)")
+    assert peers_checks.efficiency_check(row_at(0.90, 0.10), off).endswith("at least 90%: undecided)")
     few = {"case": "turbo x", "ideal": 2.0, "times": [0.5, 0.5]}
-    assert peers.efficiency_check(few, {"times": [1.0, 1.0]}) == \
+    assert peers_checks.efficiency_check(few, {"times": [1.0, 1.0]}) == \
         "check: turbo x: 100% of its ideal over caching off (at least 90%: undecided (2 repeats))"

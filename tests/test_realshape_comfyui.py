@@ -95,16 +95,17 @@ def test_a_threshold_just_above_the_change_caches_step_1_at_real_size(realshape_
 
 def test_the_gpu_checks_prompt_and_report_run_at_real_size(realshape_server):
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check
+    import gpu_check_cases
+    import gpu_check_rows
     from speedup import Case, case_prompt, run_prompt
 
-    case = Case("turbo defaults", 1, 1.0, gpu_check.VARIANTS["defaults"])
+    case = Case("turbo defaults", 1, 1.0, gpu_check_cases.VARIANTS["defaults"])
     prompt = case_prompt(case, REALSHAPE_MODEL, REALSHAPE.context_features, seed=0, size=REALSHAPE_SIZE,
                          tokens=REALSHAPE_TOKENS)
     result = run_prompt(realshape_server, prompt, timeout=1800)
     assert tuple(result.latent.shape[-2:]) == (REALSHAPE_SIZE // 8, REALSHAPE_SIZE // 8)
-    row = gpu_check.Measured(case, "turbo", "defaults", False, case.cache, times=[result.seconds],
-                             stats=result.stats, records=[result.stats])
-    [summary] = gpu_check.summarize({("turbo", False, "defaults"): row})
+    row = gpu_check_rows.Measured(case, "turbo", "defaults", False, case.cache, times=[result.seconds],
+                                  stats=result.stats, records=[result.stats])
+    [summary] = gpu_check_rows.summarize({("turbo", False, "defaults"): row})
     assert summary["cached"] == "0/1" and summary["effective_settings"]["residual_diff_threshold"] == 0.24
     assert result.stats["status"] == "ok" and result.stats["duration_s"] > 0

@@ -1,0 +1,121 @@
+"""The peer benchmark's case catalogue: the methods, the settings swept along each, the images.
+
+A case is one graph on the proxy: uncached, through this pack's node (``cache``: its inputs), or
+through ComfyUI's EasyCache or LazyCache (``peer``), in a Turbo-like or a Raw-like regime. Its
+``method`` names the curve it belongs to, its ``setting`` what varies along that curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from speedup import Case  # also puts tests/ on the path and loads the pack
+from projection import UNCACHED
+from projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
+
+# The core nodes' own defaults besides the threshold (their reuse_threshold default is 0.2).
+PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
+REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
+
+# UNCACHED and CACHING_OFF_FULL_TEXT (the node with caching off and the text path on every call: its
+# own per-call cost) are named in projection.py, which prices rows by them.
+CACHING_OFF = "Cache-DiT caching off"  # the node with threshold 0: what the node costs when it caches nothing
+THRESHOLD = "Cache-DiT threshold"  # the node's defaults, threshold swept
+FREE_THRESHOLD = "Cache-DiT threshold, warmup 2, no run cap"
+MASKS = "Cache-DiT step masks"
+CALIBRATORS = ("taylorseer", "foca", "dmd")
+FREE_TAYLORSEER = "Cache-DiT + taylorseer, warmup 2, no run cap"
+EASYCACHE, LAZYCACHE = "EasyCache", "LazyCache"
+PEERS = (EASYCACHE, LAZYCACHE)
+# EasyCache as it runs when the model computes in the latent's own dtype (float32, as on this CPU):
+# its skipped step adds the cached difference into the model's input in place, and ComfyUI computes
+# the denoised latent from that same tensor. Shown for the record; not a setting anyone would pick.
+EASYCACHE_IN_PLACE = "EasyCache in place (fp32 compute)"
+NODE_DEFAULT_THRESHOLD = 0.24
+
+NODE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
+FREE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
+FREE = {"max_warmup_steps": 2, "max_continuous_cached_steps": -1}
+CALIBRATOR_THRESHOLDS = (0.12, 0.24, 0.48)
+MASK_POLICIES = ("medium", "fast", "ultra")
+PEER_THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.5)
+PEER_DEFAULT_THRESHOLD = 0.2
+
+# Images: (class of the proxy's data set, seed); classes of both colour schemes and several shapes.
+IMAGES = ((0, 0), (5, 1), (2, 2), (7, 3))
+WARMUP_IMAGE = (1, 10_000)
+
+
+def calibrator_method(name: str) -> str:
+    return f"Cache-DiT + {name}"
+
+
+@dataclasses.dataclass
+class PeerCase(Case):
+    regime: str = "turbo"
+    method: str = UNCACHED   # the curve this case belongs to
+    setting: str = ""        # what varies along that curve
+    peer: dict | None = None  # {"class_type": "EasyCache" or "LazyCache", its inputs}; None: no peer node
+    # The peer's model gets its own copy of its input latent (Krea2TestOwnModelInput), as on a GPU in
+    # bf16 where ComfyUI's cast to the compute dtype copies: EasyCache writes into that input.
+    own_input: bool = True
+    # A pass-through model_function_wrapper before the node: the text path is computed on every call.
+    full_text: bool = False
+
+
+def case(regime: str, method: str, setting: str = "", cache: dict | None = None,
+         peer: dict | None = None) -> PeerCase:
+    steps, cfg = REGIMES[regime]
+    name = " ".join(part for part in (regime, method, setting) if part)
+    return PeerCase(name, steps, cfg, cache, regime=regime, method=method, setting=setting, peer=peer)
+
+
+def peer_case(regime: str, peer: str, threshold: float, own_input: bool = True) -> PeerCase:
+    made = case(regime, peer if own_input else EASYCACHE_IN_PLACE, f"{threshold:g}",
+                peer={"class_type": peer, "reuse_threshold": threshold, **PEER_DEFAULTS})
+    made.own_input = own_input
+    return made
+
+
+def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
+    cases = []
+    for regime in regimes:
+        cases += [case(regime, UNCACHED), *caching_off_cases(regime)]
+        cases += [case(regime, THRESHOLD, f"{t:g}", {"residual_diff_threshold": t}) for t in NODE_THRESHOLDS]
+        cases += [case(regime, FREE_THRESHOLD, f"{t:g}", {"residual_diff_threshold": t, **FREE})
+                  for t in FREE_THRESHOLDS]
+        cases += [case(regime, MASKS, mask, {"steps_mask": mask}) for mask in MASK_POLICIES]
+        cases += [case(regime, f"{MASKS} + {c}", mask, {"steps_mask": mask, "calibrator": c})
+                  for c in CALIBRATORS for mask in MASK_POLICIES]
+        cases += [case(regime, calibrator_method(c), f"{t:g}", {"residual_diff_threshold": t, "calibrator": c})
+                  for c in CALIBRATORS for t in CALIBRATOR_THRESHOLDS]
+        cases += [case(regime, FREE_TAYLORSEER, f"{t:g}", {"residual_diff_threshold": t, "calibrator": "taylorseer",
+                                                          **FREE}) for t in CALIBRATOR_THRESHOLDS]
+        cases += [peer_case(regime, peer, t) for peer in PEERS for t in PEER_THRESHOLDS]
+        cases.append(peer_case(regime, EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False))
+    return cases
+
+
+def caching_off_cases(regime: str) -> list[PeerCase]:
+    """The node caching nothing: with its text-path reuse, and with the text path on every call."""
+    full_text = case(regime, CACHING_OFF_FULL_TEXT, "0", {"residual_diff_threshold": 0.0})
+    full_text.full_text = True
+    return [case(regime, CACHING_OFF, "0", {"residual_diff_threshold": 0.0}), full_text]
+
+
+def quick_cases() -> list[PeerCase]:
+    """A handful of Turbo-like cases: one of each kind of method."""
+    return [case("turbo", UNCACHED), *caching_off_cases("turbo"),
+            case("turbo", THRESHOLD, f"{NODE_DEFAULT_THRESHOLD:g}", {}),
+            case("turbo", calibrator_method("taylorseer"), f"{NODE_DEFAULT_THRESHOLD:g}", {"calibrator": "taylorseer"}),
+            peer_case("turbo", EASYCACHE, 0.2), peer_case("turbo", EASYCACHE, 1.2),
+            peer_case("turbo", LAZYCACHE, 0.2), peer_case("turbo", LAZYCACHE, 1.2),
+            peer_case("turbo", EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False)]
+
+
+def is_node(row: dict) -> bool:
+    return row["method"].startswith("Cache-DiT")
+
+
+def is_node_default(row: dict) -> bool:
+    return row["method"] == THRESHOLD and row["setting"] == f"{NODE_DEFAULT_THRESHOLD:g}"
