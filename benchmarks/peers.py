@@ -57,7 +57,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from speedup import Case, run_prompt  # noqa: E402  (also puts tests/ on the path and loads the pack)
+from speedup import Case, run_prompt  # noqa: E402  (also puts devkit/ on the path and loads the pack)
 from spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,  # noqa: E402
                     paired_ratios, show, spread)
 

@@ -4,7 +4,7 @@ Test tiers (see README, "Development"), reported one line each at the end of a r
 - core: real torch + diffusers + cache-dit, no ComfyUI;
 - comfyui: the real ComfyUI server on the CPU (skipped when no ComfyUI is found);
 - browser: headless Chromium against that server (skipped without Chromium/Node);
-- proxy: the small trained Krea-2 (tests/krea2_proxy.py) through that server: caching where it
+- proxy: the small trained Krea-2 (devkit/krea2_proxy.py) through that server: caching where it
   matters (threshold decisions, quality cost).
 A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it
 uses ComfyUI, else "core"; a new tier needs nothing but the marker.
@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS_DIR))
+DEVKIT_DIR = TESTS_DIR.parent / "devkit"   # the harness, prompts and models the benchmarks use too
+sys.path[:0] = [str(TESTS_DIR), str(DEVKIT_DIR)]
 
 from browser_harness import BROWSER_DIR  # noqa: E402
 from comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pack, required_tiers  # noqa: E402
