@@ -10,18 +10,10 @@ import pytest
 import torch
 
 from comfy_harness import prompt_error, strict_loads
+from helpers import FAST, FAST_8_CACHED, run_ok
 from krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
-
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-
-
-def run_ok(server, prompt):
-    entry = server.run(prompt)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return entry
 
 
 @pytest.fixture(scope="module")

@@ -17,22 +17,14 @@ import torch
 from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
 from family_prompts import FAMILIES, family_prompt
+from helpers import FAST, FAST_8_CACHED, OFF, run_ok
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
 family_ids = pytest.mark.parametrize("family", list(FAMILIES))
 # Z-Image and Qwen-Image are detected only at full width: one of their runs takes 15-60 s on 2 CPU
 # cores, so the checks that add little for them (the family-independent path) run on Wan alone.
 wan_only = pytest.mark.parametrize("family", ["wan"])
-
-
-def run_ok(server, prompt):
-    entry = server.run(prompt)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return entry
 
 
 def check_record(record: dict, family: str, steps: int = 8):
