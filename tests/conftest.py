@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -202,6 +203,34 @@ def family_server(comfy_root, tmp_path_factory):
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()
+
+
+def graph_key(prompt: dict) -> str:
+    """A prompt as a key, without what changes no tensor (the conditioning's nonce, the file name prefix)."""
+    return json.dumps({node_id: {**node, "inputs": {name: value for name, value in node["inputs"].items()
+                                                     if name not in ("nonce", "filename_prefix")}}
+                       for node_id, node in prompt.items()}, sort_keys=True)
+
+
+@pytest.fixture(scope="session")
+def uncached_latent():
+    """``uncached_latent(server, family, **prompt_args)``: the latent of ``family_prompt(family,
+    **prompt_args)`` without the cache node, sampled once per server and graph, so that tests comparing
+    with the same uncached graph share its run (Krea-2's at CFG 3.5, seed 0: the node tests' baseline
+    and the family tests' reference for caching off)."""
+    from family_prompts import family_prompt
+    from helpers import run_ok
+
+    latents = {}
+
+    def latent(server: ComfyServer, family: str, **prompt_args):
+        prompt = family_prompt(family, prefix=f"{family}_uncached", **prompt_args)
+        key = (server, graph_key(prompt))
+        if key not in latents:
+            latents[key] = server.saved_latent(run_ok(server, prompt), "7")
+        return latents[key]
+
+    return latent
 
 
 @pytest.fixture(scope="session")
