@@ -4,6 +4,8 @@ Test tiers (see README, "Development"), reported one line each at the end of a r
 - core: real torch + diffusers + cache-dit, no ComfyUI;
 - comfyui: the real ComfyUI server on the CPU (skipped when no ComfyUI is found);
 - browser: headless Chromium against that server (skipped without Chromium/Node);
+- realshape: Krea-2 at its real width and heads (two blocks) through that server, and the pieces
+  whose sizes matter on real-size residuals (``tests/test_realshape_*.py``);
 - proxy: the small trained Krea-2 (devkit/krea2_proxy.py) through that server: caching where it
   matters (threshold decisions, quality cost).
 A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it
@@ -34,7 +36,7 @@ from comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pac
 
 load_pack()
 
-BASE_TIERS = ("core", "comfyui", "browser", "proxy")
+BASE_TIERS = ("core", "comfyui", "browser", "realshape", "proxy")
 
 
 def pytest_configure(config):
