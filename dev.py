@@ -4,7 +4,7 @@
     python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
     python3 dev.py test    # the whole test suite (what CI runs)
 
-With ComfyUI, both need a small trained Krea-2 proxy (tests/krea2_proxy.py), built once into
+With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py), built once into
 ~/.cache/krea2-cachedit (about 13 minutes on 2 CPU cores): ``test`` builds it first; ``demo``, when
 it is not built yet, shows the seeded-random model's table first and builds it after that.
 
@@ -36,7 +36,7 @@ import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "devkit"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # noqa: E402  (stdlib only)
 
@@ -131,7 +131,7 @@ def prepare_proxy(python: Path, comfy_root: Path | None):
     into a cache outside the repository, reused while its generator is unchanged."""
     if comfy_root is None:
         return
-    result = subprocess.run([python, REPO / "tests" / "krea2_proxy.py", "ensure", "--comfyui", comfy_root])
+    result = subprocess.run([python, REPO / "devkit" / "krea2_proxy.py", "ensure", "--comfyui", comfy_root])
     status = "ok" if result.returncode == 0 else f"FAILED ({consequence('proxy')})"
     print(f"Krea-2 proxy setup: {status}", flush=True)
 

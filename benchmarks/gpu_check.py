@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))
+sys.path.insert(0, str(REPO_ROOT / "devkit"))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 from comfy_harness import find_comfyui, load_pack  # noqa: E402

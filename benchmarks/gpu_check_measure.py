@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from speedup import Case, case_prompt, run_prompt  # also puts tests/ on the path and loads the pack
+from speedup import Case, case_prompt, run_prompt  # also puts devkit/ on the path and loads the pack
 from comfy_harness import COMPILE_ROUTE, MEMORY_ROUTE, ComfyServer
 from gpu_check_budget import Budget, BudgetExceeded
 from gpu_check_cases import TWO_GPUS, Scale

@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "devkit"))
 from comfy_harness import comfyui_python, find_comfyui  # noqa: E402  (stdlib only)
 
 FOLDER = REPO / ".gpu-check"            # what travels to the GPU machine (git-ignored)

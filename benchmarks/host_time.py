@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
+sys.path.insert(0, str(BENCH_DIR.parent / "devkit"))
 
 SETTINGS = {  # the node's inputs over its defaults
     "caching off": {"residual_diff_threshold": 0.0},

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
+sys.path.insert(0, str(BENCH_DIR.parent / "devkit"))
 
 from krea2_synthetic import FULL_SIZE, diffusers_transformer  # noqa: E402
 

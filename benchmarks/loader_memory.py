@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))
+sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import load_pack  # noqa: E402  (the repository as the package ComfyUI sees)
 LIMIT = 1.3

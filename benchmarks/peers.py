@@ -27,7 +27,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from peers_cases import IMAGES, REGIMES, full_cases, quick_cases  # noqa: E402  (its speedup import puts tests/ on the path)
+from peers_cases import IMAGES, REGIMES, full_cases, quick_cases  # noqa: E402  (its speedup import puts devkit/ on the path)
 from peers_report import conditions, report  # noqa: E402
 from peers_runner import OWN_COST_PAIRS, measure, measure_own_cost  # noqa: E402
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from speedup import Case  # also puts tests/ on the path and loads the pack
+from speedup import Case  # also puts devkit/ on the path and loads the pack
 from projection import UNCACHED
 from projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
 

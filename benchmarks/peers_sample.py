@@ -10,7 +10,7 @@ import dataclasses
 import math
 import re
 
-from speedup import run_prompt  # also puts tests/ on the path and loads the pack
+from speedup import run_prompt  # also puts devkit/ on the path and loads the pack
 from comfy_harness import ComfyServer
 from krea2_prompts import proxy_prompt
 from peers_cases import PeerCase

@@ -1,6 +1,6 @@
 """The node's extra peak memory at Krea-2's real size (1024x1024, width 6144), CPU RSS, side by side.
 
-Runs the real-shape tier's model (``tests/test_realshape_comfyui.py``: the real architecture with
+Runs the real-shape tier's model (``devkit/realshape.py``: the real architecture with
 two blocks, bf16 weights, ComfyUI computing in float32 on the CPU) through the real server: the
 graph without the node and the node with caching off (which traces every call), each after
 resetting the server process's peak RSS (``/proc/PID/clear_refs``). Prints each run's peak RSS
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))
+sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import find_comfyui, load_pack  # noqa: E402
 
@@ -37,7 +37,7 @@ def reset_peak_rss(pid: int):
 
 def main():
     load_pack()
-    from test_realshape_comfyui import FN_RESIDUAL_VALUES, realshape_prompt, start_realshape_server
+    from realshape import FN_RESIDUAL_VALUES, realshape_prompt, start_realshape_server
 
     comfy_root = find_comfyui()
     if comfy_root is None:

@@ -1,6 +1,6 @@
 """Krea-2 Cache-DiT, side by side: the same sampling with and without the cache, in one run.
 
-Default (no arguments): the small trained Krea-2 proxy (tests/krea2_proxy.py; trained once,
+Default (no arguments): the small trained Krea-2 proxy (devkit/krea2_proxy.py; trained once,
 about 13 minutes on 2 CPU cores, then cached) sampled on the CPU through the real ComfyUI server
 when one is found (see the README for how it is found), Turbo-like (8 steps, CFG 1) and Raw-like
 (52 steps, CFG 3.5), with the node's defaults, step masks, TaylorSeer and a threshold sweep. Its
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))
+sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
 from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt  # noqa: E402

@@ -15,12 +15,13 @@ from krea2_cachedit.adapters.residual_trace import StreamTrace
 from krea2_cachedit.adapters.run_record import RunMeta, RunRecord, record_or_none
 from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
+from helpers import FAST_8_CACHED
 from krea2_synthetic import Krea2Shape, diffusers_transformer
 
 SHAPE = Krea2Shape(layers=6)
 STEPS = 8
 SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
-FAST_MASK_CACHED = [3, 5, 6]   # cache-dit's "fast" mask for 8 steps: 1 1 1 0 1 0 0 1
+FAST_MASK_CACHED = FAST_8_CACHED   # what ``FAST`` caches of STEPS steps
 COND, UNCOND = 0, 1
 NODE = "Krea-2 Cache-DiT"   # the node these runs speak for in their messages
 
@@ -137,6 +138,7 @@ def assert_same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor], w
 
 
 FAST = CacheSettings(steps_mask="fast")
+OFF = CacheSettings(residual_diff_threshold=0.0)
 
 
 

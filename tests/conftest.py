@@ -4,7 +4,9 @@ Test tiers (see docs/development.md, "Test tiers"), reported one line each at th
 - core: real torch + diffusers + cache-dit, no ComfyUI;
 - comfyui: the real ComfyUI server on the CPU (skipped when no ComfyUI is found);
 - browser: headless Chromium against that server (skipped without Chromium/Node);
-- proxy: the small trained Krea-2 (tests/krea2_proxy.py) through that server: caching where it
+- realshape: Krea-2 at its real width and heads (two blocks) through that server, and the pieces
+  whose sizes matter on real-size residuals (``tests/test_realshape_*.py``);
+- proxy: the small trained Krea-2 (devkit/krea2_proxy.py) through that server: caching where it
   matters (threshold decisions, quality cost).
 A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it
 uses ComfyUI, else "core"; a new tier needs nothing but the marker.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -25,14 +28,15 @@ from pathlib import Path
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS_DIR))
+DEVKIT_DIR = TESTS_DIR.parent / "devkit"   # the harness, prompts and models the benchmarks use too
+sys.path[:0] = [str(TESTS_DIR), str(DEVKIT_DIR)]
 
 from browser_harness import BROWSER_DIR  # noqa: E402
 from comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pack, required_tiers  # noqa: E402
 
 load_pack()
 
-BASE_TIERS = ("core", "comfyui", "browser", "proxy")
+BASE_TIERS = ("core", "comfyui", "browser", "realshape", "proxy")
 
 
 def pytest_configure(config):
@@ -201,6 +205,34 @@ def family_server(comfy_root, tmp_path_factory):
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()
+
+
+def graph_key(prompt: dict) -> str:
+    """A prompt as a key, without what changes no tensor (the conditioning's nonce, the file name prefix)."""
+    return json.dumps({node_id: {**node, "inputs": {name: value for name, value in node["inputs"].items()
+                                                     if name not in ("nonce", "filename_prefix")}}
+                       for node_id, node in prompt.items()}, sort_keys=True)
+
+
+@pytest.fixture(scope="session")
+def uncached_latent():
+    """``uncached_latent(server, family, **prompt_args)``: the latent of ``family_prompt(family,
+    **prompt_args)`` without the cache node, sampled once per server and graph, so that tests comparing
+    with the same uncached graph share its run (Krea-2's at CFG 3.5, seed 0: the node tests' baseline
+    and the family tests' reference for caching off)."""
+    from family_prompts import family_prompt
+    from helpers import run_ok
+
+    latents = {}
+
+    def latent(server: ComfyServer, family: str, **prompt_args):
+        prompt = family_prompt(family, prefix=f"{family}_uncached", **prompt_args)
+        key = (server, graph_key(prompt))
+        if key not in latents:
+            latents[key] = server.saved_latent(run_ok(server, prompt), "7")
+        return latents[key]
+
+    return latent
 
 
 @pytest.fixture(scope="session")

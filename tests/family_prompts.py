@@ -1,9 +1,11 @@
-"""API-format prompts for the tiny generated models of the other families (tests/comfy_models.py).
+"""API-format prompts for the tiny generated model of each family: Krea-2 (the main test server's,
+devkit/krea2_synthetic.py) and the other families (tests/comfy_models.py).
 
 The same graph as ``krea2_prompt`` (same node ids), with each family's own conditioning width
-and latent: Wan samples 5D video latents, Z-Image, Qwen-Image and Flux.1 16-channel image latents,
-Flux.2 128-channel latents; Qwen-Image's conditioning is 3584 wide (its text encoder's width, fixed
-in ComfyUI's model); Flux.1's conditioning carries a pooled vector.
+and latent: Wan samples 5D video latents, Krea-2, Z-Image, Qwen-Image and Flux.1 16-channel image
+latents, Flux.2 128-channel latents; Qwen-Image's conditioning is 3584 wide (its text encoder's
+width, fixed in ComfyUI's model); Flux.1's conditioning carries a pooled vector. Krea-2's cache node
+is its own (``Krea2CacheDiT``), the other families' ``CacheDiTDBCache``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from comfy_models import FAMILY_MODELS
-from krea2_prompts import krea2_prompt
+from krea2_prompts import TINY_CONTEXT_FEATURES, TINY_MODEL, krea2_prompt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +22,7 @@ class FamilySpec:
     name: str               # the family name the stats report
     blocks: int             # blocks in the cached stack (over all its lists)
     context_features: int   # the text context width the model's text embedding takes
-    latent: dict            # the node that makes the empty latent ("4")
+    latent: dict | None     # the node that makes the empty latent ("4"); None: krea2_prompt's (size, batch)
     # (block_type, blocks) of each block list in loop order, block_type as the model's loop reports it
     # (Wan's and Z-Image's loops call their one list "double"); empty: one "double" list of ``blocks``.
     lists: tuple[tuple[str | None, int], ...] = ()
@@ -28,6 +30,7 @@ class FamilySpec:
     # A negative prompt this many tokens long cannot batch with the 8-token positive (Flux.2 pads
     # every prompt to 512 tokens, so only a longer one stays apart).
     split_tokens: int = 13
+    node: str = "CacheDiTDBCache"   # the cache node the family's tests place
 
     @property
     def block_lists(self) -> tuple[tuple[str | None, int], ...]:
@@ -38,6 +41,9 @@ FLUX = "Flux.1 / Flux.2 (ComfyUI native)"
 FLUX_LISTS = (("double", 2), ("single", 3))
 
 FAMILIES = {
+    # The session's tiny Krea-2 (conftest's comfy_server): krea2_prompt's own graph.
+    "krea2": FamilySpec(TINY_MODEL, "Krea-2 (ComfyUI native)", 4, TINY_CONTEXT_FEATURES, None,
+                        node="Krea2CacheDiT"),
     "wan": FamilySpec(FAMILY_MODELS["wan"], "Wan 2.1/2.2 (ComfyUI native)", 4, 4096, {
         "class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": 64, "height": 64, "length": 5, "batch_size": 1}}),
     "zimage": FamilySpec(FAMILY_MODELS["zimage"], "Z-Image / Lumina 2 (ComfyUI native)", 2, 64, {
@@ -54,9 +60,10 @@ FAMILIES = {
 }
 
 
-def family_prompt(family: str, *, cache: dict | None = None, node: str = "CacheDiTDBCache", model: str | None = None,
+def family_prompt(family: str, *, cache: dict | None = None, node: str | None = None, model: str | None = None,
                   **kwargs) -> dict:
-    """``krea2_prompt`` for ``family`` with the cache node ``node`` (when ``cache`` is given)."""
+    """``krea2_prompt`` for ``family`` with the cache node ``node`` (the family's own when None) when
+    ``cache`` is given."""
     spec = FAMILIES[family]
     kwargs.setdefault("prefix", f"{family}_test")
     prompt = krea2_prompt(cache=cache, model=model or spec.model, **kwargs)
@@ -64,7 +71,8 @@ def family_prompt(family: str, *, cache: dict | None = None, node: str = "CacheD
         prompt[cond]["inputs"]["features"] = spec.context_features
         if spec.pooled_features:
             prompt[cond]["inputs"]["pooled_features"] = spec.pooled_features
-    prompt["4"] = {"class_type": spec.latent["class_type"], "inputs": dict(spec.latent["inputs"])}
+    if spec.latent is not None:
+        prompt["4"] = {"class_type": spec.latent["class_type"], "inputs": dict(spec.latent["inputs"])}
     if cache is not None:
-        prompt["5"]["class_type"] = node
+        prompt["5"]["class_type"] = node or spec.node
     return prompt

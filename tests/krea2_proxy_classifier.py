@@ -1,4 +1,4 @@
-"""A simple classifier of the proxy's images (tests/krea2_proxy.py): which class a decoded sample shows.
+"""A simple classifier of the proxy's images (devkit/krea2_proxy.py): which class a decoded sample shows.
 
 It reads the object (the saturated pixels) and describes it by a few shape measures and its hue,
 then picks the nearest class centre, fitted on the data set's own images. It lives apart from the

@@ -1,4 +1,4 @@
-"""What drives the proxy's residual changes (tests/krea2_proxy.py): the latent being drawn, or the timestep.
+"""What drives the proxy's residual changes (devkit/krea2_proxy.py): the latent being drawn, or the timestep.
 
 The cache decides from the first block's relative residual change between steps. On a model that has
 learned content that change follows the image being drawn; on one that has not, it follows the
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--comfyui", type=Path, help="the ComfyUI checkout whose model code runs it")
     parser.add_argument("--cases", default="0:0,4:0", help="label:seed pairs, comma-separated")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE.parent))
+    sys.path.insert(0, str(HERE.parents[1] / "devkit"))  # the harness and the proxy builder
     from comfy_harness import find_comfyui
     from krea2_proxy import ensure_proxy
 

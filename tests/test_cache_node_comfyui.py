@@ -1,4 +1,8 @@
-"""The Krea2CacheDiT node in the real ComfyUI server, driven through its HTTP API."""
+"""The Krea2CacheDiT node in the real ComfyUI server, driven through its HTTP API.
+
+The checks every family shares (one stream or two by CFG mode, bit-identical with caching off, a
+cached run leaving the model clean) run on Krea-2 among the families: tests/test_families_comfyui.py.
+"""
 
 from __future__ import annotations
 
@@ -10,54 +14,16 @@ import pytest
 import torch
 
 from comfy_harness import prompt_error, strict_loads
+from helpers import FAST, FAST_8_CACHED, run_ok
 from krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-
-
-def run_ok(server, prompt):
-    entry = server.run(prompt)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return entry
-
 
 @pytest.fixture(scope="module")
-def baseline(comfy_server):
-    """The uncached latent of the default test graph (no Cache-DiT node)."""
-    entry = run_ok(comfy_server, krea2_prompt(cfg=3.5, prefix="baseline"))
-    return comfy_server.saved_latent(entry, "7")
-
-
-def test_cfg_1_is_one_stream(comfy_server):
-    _, [stats] = comfy_server.run_with_stats(krea2_prompt(cfg=1.0, cache=FAST))
-    assert (stats["cfg"], stats["cfg_mode"], stats["has_separate_cfg"]) == (1.0, "none", False)
-    assert stats["node_id"] == "5" and stats["steps"] == 8
-    assert stats["cached_steps"] == FAST_8_CACHED
-    assert all(call[1] == [0] for call in stats["call_log"]), "CFG 1 has no uncond pass"
-
-
-def test_cfg_batched_is_one_stream(comfy_server):
-    _, [stats] = comfy_server.run_with_stats(krea2_prompt(cfg=3.5, cache=FAST))
-    assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("batched", False)
-    assert stats["cached_steps"] == FAST_8_CACHED
-    assert stats["call_log"][0][1] == [1, 0], "ComfyUI batches uncond first"
-
-
-def test_cfg_split_by_conditioning_shape_uses_separate_cfg(comfy_server):
-    _, [stats] = comfy_server.run_with_stats(krea2_prompt(cfg=3.5, neg_tokens=13, cache=FAST))
-    assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("split", True)
-    assert stats["cached_steps"] == FAST_8_CACHED
-    assert [c[1] for c in stats["call_log"][:2]] == [[0], [1]], "shape-forced splits run cond first"
-    assert stats["calls"] == 16 and stats["extra_calls"] == 0
-
-
-def test_bypassed_node_after_a_cached_run_gives_the_uncached_image(comfy_server, baseline):
-    run_ok(comfy_server, krea2_prompt(cfg=3.5, cache={"steps_mask": "ultra"}))
-    after = comfy_server.saved_latent(run_ok(comfy_server, krea2_prompt(cfg=3.5, prefix="after")), "7")
-    assert torch.equal(after, baseline)
+def baseline(comfy_server, uncached_latent):
+    """The uncached latent of the default test graph (no Cache-DiT node) at CFG 3.5."""
+    return uncached_latent(comfy_server, "krea2", cfg=3.5)
 
 
 # Relative L2 distance of this graph's FAST-cached latent (steps 3, 5, 6 served from the cache)
@@ -73,13 +39,6 @@ def test_cached_image_differs_but_stays_close(comfy_server, baseline):
     cached = comfy_server.saved_latent(run_ok(comfy_server, krea2_prompt(cfg=3.5, cache=FAST, prefix="c")), "7")
     deviation = float((cached - baseline).norm() / baseline.norm())
     assert 0.75 * FAST_DEVIATION < deviation < 1.25 * FAST_DEVIATION, deviation
-
-
-def test_exact_when_caching_is_off(comfy_server, baseline):
-    off = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
-    entry, [stats] = comfy_server.run_with_stats(krea2_prompt(cfg=3.5, cache=off, prefix="off"))
-    assert stats["cached_steps"] == []
-    assert torch.equal(comfy_server.saved_latent(entry, "7"), baseline)
 
 
 def test_step_count_resolution_and_batch_change_between_runs(comfy_server):

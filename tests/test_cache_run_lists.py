@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cache_runs import FAST, FAST_MASK_CACHED, OFF
 
 from cache_runs import NODE
 from krea2_cachedit.adapters.cache_run import CacheRun
@@ -21,8 +22,6 @@ from krea2_cachedit.adapters.step_clock import StepClock
 
 STEPS, WIDTH = 8, 16
 SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
-FAST = CacheSettings(steps_mask="fast")
-FAST_MASK_CACHED = [3, 5, 6]
 DOUBLE, SINGLE = 3, 4
 
 
@@ -155,7 +154,7 @@ def test_blocks_that_add_in_place_get_what_out_of_place_blocks_get():
 
 def test_caching_off_is_bit_identical_to_the_plain_model():
     plain, _ = sample(TwoLists(), FAST, cached=False)
-    off, run = sample(TwoLists(), CacheSettings(residual_diff_threshold=0.0))
+    off, run = sample(TwoLists(), OFF)
     assert record(run).cached_steps == [] and record(run).block_evals == STEPS * (DOUBLE + SINGLE)
     for got, expected in zip(off, plain):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+import helpers
 from comfy_harness import prompt_error
 from compare_prompts import compare_prompt, saved_pngs
 
@@ -17,9 +18,7 @@ SIZE = 32
 
 
 def run_ok(server, prompt) -> dict:
-    entry = server.run(prompt, timeout=120)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return entry
+    return helpers.run_ok(server, prompt, timeout=120)
 
 
 def float_outputs(entry: dict) -> tuple[float, float]:

@@ -13,25 +13,12 @@ from collections import defaultdict
 import pytest
 import torch
 
-from comfy_harness import prompt_error
+from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record as run
 from krea2_prompts import krea2_prompt, with_lora
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0}
 TINY_BLOCKS = 4
-
-
-def run(server, prompt, node_id="5"):
-    """The latent a prompt saved and the stats record it published for ``node_id`` (None when the
-    prompt has no such node; a prompt with the node must have published its own record)."""
-    prompt_id = server.queue(prompt)
-    entry = server.wait(prompt_id)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    record = server.stats_for(prompt_id, node_id)[0] if node_id in prompt else None
-    return server.saved_latent(entry, "7"), record
 
 
 # --- model patches that use block indices ----------------------------------------------------

@@ -16,12 +16,11 @@ import pytest
 import torch
 
 from comfy_harness import COMPILE_ROUTE, prompt_error
+from helpers import FAST, FAST_8_CACHED
 from krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
 COMPILERS = {"whole_model": "TorchCompileModel", "per_block": "Krea2TestCompileBlocks"}
 
 

@@ -1,10 +1,12 @@
-"""The Cache-DiT DBCache node on the other families, in the real ComfyUI server: Wan 2.1/2.2, Z-Image,
-Qwen-Image, Flux.1 and Flux.2.
+"""The cache node on each family in the real ComfyUI server: Krea-2 (its own node, Krea2CacheDiT) and
+the Cache-DiT DBCache node on Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1 and Flux.2.
 
-Tiny seeded-random checkpoints in each family's native format (tests/comfy_models.py) that
-ComfyUI's UNETLoader detects as that model; the same graph as the Krea-2 tests with each
-family's conditioning width and latent (tests/family_prompts.py). Random weights: these tests
-check what was cached and how calls were routed, never image quality.
+Tiny seeded-random checkpoints in each family's native format (tests/comfy_models.py; Krea-2's is
+the session's main test server's) that ComfyUI's UNETLoader detects as that model; the same graph as
+the Krea-2 tests with each family's conditioning width and latent (tests/family_prompts.py). Random
+weights: these tests check what was cached and how calls were routed, never image quality. The checks
+that are the same on every family run on Krea-2 too (``every_family``); the rest run on the other
+families, Krea-2's own versions of them being in the Krea-2 test files.
 """
 
 from __future__ import annotations
@@ -17,22 +19,21 @@ import torch
 from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
 from family_prompts import FAMILIES, family_prompt
+from helpers import FAST, FAST_8_CACHED, OFF, run_ok
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
-family_ids = pytest.mark.parametrize("family", list(FAMILIES))
+every_family = pytest.mark.parametrize("family", list(FAMILIES))
+family_ids = pytest.mark.parametrize("family", [family for family in FAMILIES if family != "krea2"])
 # Z-Image and Qwen-Image are detected only at full width: one of their runs takes 15-60 s on 2 CPU
 # cores, so the checks that add little for them (the family-independent path) run on Wan alone.
 wan_only = pytest.mark.parametrize("family", ["wan"])
 
 
-def run_ok(server, prompt):
-    entry = server.run(prompt)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return entry
+@pytest.fixture
+def server(request, comfy_root, family):
+    """The session server that holds ``family``'s model: Krea-2's is the main test server."""
+    return request.getfixturevalue("comfy_server" if family == "krea2" else "family_server")
 
 
 def check_record(record: dict, family: str, steps: int = 8):
@@ -43,30 +44,31 @@ def check_record(record: dict, family: str, steps: int = 8):
     assert record["block_evals_uncached"] == steps * calls_per_step * spec.blocks
 
 
-@family_ids
-def test_cfg_1_is_one_stream(family_server, family):
-    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=1.0, cache=FAST))
+@every_family
+def test_cfg_1_is_one_stream(server, family):
+    _, [stats] = server.run_with_stats(family_prompt(family, cfg=1.0, cache=FAST))
     check_record(stats, family)
-    assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("none", False)
+    assert (stats["cfg"], stats["cfg_mode"], stats["has_separate_cfg"]) == (1.0, "none", False)
+    assert stats["node_id"] == "5"
     assert stats["cached_steps"] == FAST_8_CACHED and stats["calls"] == 8
     assert all(call[1] == [0] for call in stats["call_log"]), "CFG 1 has no uncond pass"
 
 
-@family_ids
-def test_cfg_batched_is_one_stream(family_server, family):
-    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=3.5, cache=FAST))
+@every_family
+def test_cfg_batched_is_one_stream(server, family):
+    _, [stats] = server.run_with_stats(family_prompt(family, cfg=3.5, cache=FAST))
     check_record(stats, family)
     assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("batched", False)
     assert stats["cached_steps"] == FAST_8_CACHED and stats["calls"] == 8
     assert stats["call_log"][0][1] == [1, 0], "ComfyUI batches uncond first"
 
 
-@family_ids
-def test_cfg_split_by_conditioning_shape_uses_separate_cfg(family_server, family):
+@every_family
+def test_cfg_split_by_conditioning_shape_uses_separate_cfg(server, family):
     """Conds of 8 and 13 tokens cannot batch (Z-Image: its token count is a per-call constant; Flux.2
     pads both to 512 tokens, so its negative is 600)."""
     neg_tokens = FAMILIES[family].split_tokens
-    _, [stats] = family_server.run_with_stats(family_prompt(family, cfg=3.5, neg_tokens=neg_tokens, cache=FAST))
+    _, [stats] = server.run_with_stats(family_prompt(family, cfg=3.5, neg_tokens=neg_tokens, cache=FAST))
     check_record(stats, family)
     assert (stats["cfg_mode"], stats["has_separate_cfg"]) == ("split", True)
     assert stats["cached_steps"] == FAST_8_CACHED
@@ -75,26 +77,29 @@ def test_cfg_split_by_conditioning_shape_uses_separate_cfg(family_server, family
     assert {s["branches"][0] for s in stats["streams"]} == {0, 1}
 
 
-@pytest.mark.parametrize("family, cfg, neg_tokens", [
-    ("wan", 1.0, 8), ("wan", 3.5, 8), ("wan", 3.5, 13), ("zimage", 3.5, 13), ("qwen_image", 3.5, 13),
-    ("flux1", 3.5, 8), ("flux1", 3.5, 13), ("flux2", 3.5, 8), ("flux2", 3.5, 600)],
-    ids=["wan-cfg1", "wan-batched", "wan-split", "zimage-split", "qwen_image-split", "flux1-batched", "flux1-split",
-         "flux2-batched", "flux2-split"])
-def test_exact_when_caching_is_off(family_server, family, cfg, neg_tokens):
-    plain = run_ok(family_server, family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=3, prefix="plain"))
-    entry, [stats] = family_server.run_with_stats(
-        family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=3, cache=OFF, prefix="off"))
+# Krea-2's graph (seed 0) is the Krea-2 node tests' baseline: its uncached run serves both.
+@pytest.mark.parametrize("family, cfg, neg_tokens, seed", [
+    ("krea2", 3.5, 8, 0), ("wan", 1.0, 8, 3), ("wan", 3.5, 8, 3), ("wan", 3.5, 13, 3), ("zimage", 3.5, 13, 3),
+    ("qwen_image", 3.5, 13, 3), ("flux1", 3.5, 8, 3), ("flux1", 3.5, 13, 3), ("flux2", 3.5, 8, 3),
+    ("flux2", 3.5, 600, 3)],
+    ids=["krea2-batched", "wan-cfg1", "wan-batched", "wan-split", "zimage-split", "qwen_image-split", "flux1-batched",
+         "flux1-split", "flux2-batched", "flux2-split"])
+def test_exact_when_caching_is_off(server, uncached_latent, family, cfg, neg_tokens, seed):
+    plain = uncached_latent(server, family, cfg=cfg, neg_tokens=neg_tokens, seed=seed)
+    entry, [stats] = server.run_with_stats(
+        family_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=seed, cache=OFF, prefix="off"))
     assert stats["cached_steps"] == [] and stats["calls"] == (8 if neg_tokens == 8 else 16)
-    assert torch.equal(family_server.saved_latent(entry, "7"), family_server.saved_latent(plain, "7"))
+    assert torch.equal(server.saved_latent(entry, "7"), plain)
 
 
-@wan_only
-def test_a_cached_run_differs_and_the_next_plain_run_is_unchanged(family_server, family):
-    """Caching changes the result (the served residual is really used), and leaves the shared model clean."""
-    before = run_ok(family_server, family_prompt(family, cfg=3.5, seed=4, prefix="before"))
-    cached = run_ok(family_server, family_prompt(family, cfg=3.5, seed=4, cache={"steps_mask": "ultra"}))
-    after = run_ok(family_server, family_prompt(family, cfg=3.5, seed=4, prefix="after"))
-    before, cached, after = (family_server.saved_latent(e, "7") for e in (before, cached, after))
+@pytest.mark.parametrize("family, seed", [("krea2", 0), ("wan", 4)], ids=["krea2", "wan"])
+def test_a_cached_run_differs_and_the_next_plain_run_is_unchanged(server, uncached_latent, family, seed):
+    """Caching changes the result (the served residual is really used), and leaves the shared model clean:
+    the graph without the node (as when the node is bypassed) gives the uncached latent again after it."""
+    before = uncached_latent(server, family, cfg=3.5, seed=seed)
+    cached = run_ok(server, family_prompt(family, cfg=3.5, seed=seed, cache={"steps_mask": "ultra"}))
+    after = run_ok(server, family_prompt(family, cfg=3.5, seed=seed, prefix="after"))
+    cached, after = (server.saved_latent(e, "7") for e in (cached, after))
     assert torch.equal(before, after)
     assert not torch.equal(cached, before) and torch.isfinite(cached).all()
 

@@ -12,25 +12,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_harness import prompt_error
 from family_prompts import family_prompt
+from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record
 from krea2_prompts import with_lora
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0}
 LORA = "wan_tiny_lora.safetensors"
 
 
 def run(server, prompt, node_id="5") -> tuple[torch.Tensor, dict | None]:
-    entry = server.run(prompt, timeout=900)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    if node_id is None:
-        return server.saved_latent(entry, "7"), None
-    [record] = server.stats_for(entry["prompt"][1], node_id)
-    return server.saved_latent(entry, "7"), record
+    return latent_and_record(server, prompt, node_id, timeout=900)
 
 
 def insert_after_loader(prompt: dict, node_id: str, node: dict) -> dict:

@@ -16,14 +16,12 @@ import torch
 
 from comfy_models import FAMILY_MODELS
 from family_prompts import FAMILIES, family_prompt
+from helpers import FAST, FAST_8_CACHED, OFF
 from krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader, run
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0}
 SEED = 51
 # The weights a test LoRA changes, in each family's native names: attention and MLP outputs.
 LORA_LAYERS = {

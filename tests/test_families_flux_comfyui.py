@@ -11,21 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
 from family_prompts import family_prompt
+from helpers import FAST, FAST_8_CACHED, OFF, run_ok
 
 pytestmark = pytest.mark.comfyui
-
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0}
-
-
-def run_ok(server, prompt):
-    entry = server.run(prompt)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    return entry
 
 
 def test_flux2_with_guidance_embedding_caches_both_lists_and_off_is_exact(family_server):

@@ -18,14 +18,12 @@ import torch
 
 from comfy_harness import prompt_error
 from family_prompts import FAMILIES, family_prompt
+from helpers import FAST, FAST_8_CACHED, OFF
 from test_sampling_comfyui import check_attribution
 
 pytestmark = pytest.mark.comfyui
 
 STEPS = 8
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
 
 
 def expected_calls(branches_per_call: list[list[int]], steps: int) -> list[tuple[int, list[int], bool]]:

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from comfy_models import make_lora
+from helpers import FAST, FAST_8_CACHED, OFF
 from krea2_gguf_files import dequantized_state_dict, write_krea2_gguf
 from krea2_prompts import TINY_MODEL, krea2_prompt
 from loader_prompts import LOADER_NODE, load_error, loader, relative_error, sample
@@ -29,9 +30,6 @@ QUANTIZATION_ERROR = {"F16": (1e-5, 5e-3), "Q8_0": (1e-4, 2e-2), "Q4_K": (1e-3, 
 # Measured 0 (bit-identical), LoRAs included; decoding in float16 as diffusers' own helper does
 # gives 1.3e-4 (Q8_0) and 4.2e-4 (Q4_K).
 SAME_VALUES_TOLERANCE = 1e-6
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
 SAMPLING = {"steps": 4, "cfg": 2.0, "size": 48}
 
 FLUX_GGUF = "flux1-dev-Q8_0.gguf"

@@ -14,13 +14,11 @@ import pytest
 
 from comfy_harness import STATS_ROUTE, prompt_error, strict_loads
 from compare_prompts import compare_prompt, saved_pngs
+from helpers import FAST, FAST_8_CACHED
 from krea2_prompts import guided_prompt, krea2_prompt
 from stats_events import queue_and_listen, stats_events
 
 pytestmark = pytest.mark.comfyui
-
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
 
 
 def strict_get(server, path: str):

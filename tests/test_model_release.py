@@ -13,12 +13,9 @@ import weakref
 
 import pytest
 import torch
-from cache_runs import COND, FAST, SIGMAS, STEPS, UNCOND, Stream, forward, open_run, seeded_transformer
+from cache_runs import COND, FAST, OFF, SIGMAS, STEPS, UNCOND, Stream, forward, open_run, seeded_transformer
 
 from krea2_cachedit.adapters import text_path
-from krea2_cachedit.adapters.settings import CacheSettings
-
-OFF = CacheSettings(residual_diff_threshold=0.0)
 
 
 class Interrupted(Exception):

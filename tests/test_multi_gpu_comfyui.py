@@ -11,13 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record
 from krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
 STEPS = 8
-FAST_8_CACHED = [3, 5, 6]
-OFF = {"residual_diff_threshold": 0.0}
 
 
 def graph(cache: dict | None, prefix: str, devices: int = 2, seed: int = 71, share_model: bool = False) -> dict:
@@ -27,13 +26,6 @@ def graph(cache: dict | None, prefix: str, devices: int = 2, seed: int = 71, sha
         prompt["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0], "share_model": share_model}}
         prompt["5" if cache is not None else "6"]["inputs"]["model"] = ["20", 0]
     return prompt
-
-
-def run(server, prompt, cached=True) -> tuple[torch.Tensor, dict | None]:
-    if not cached:
-        return server.saved_latent(server.run(prompt), "7"), None
-    entry, [record] = server.run_with_stats(prompt, "5")
-    return server.saved_latent(entry, "7"), record
 
 
 def check_two_devices(record: dict) -> dict[str, dict]:
@@ -56,19 +48,19 @@ def check_two_devices(record: dict) -> dict[str, dict]:
 
 
 def test_caching_off_on_two_devices_is_bit_identical_to_the_graph_without_the_node(comfy_server):
-    without, _ = run(comfy_server, graph(None, "mgpu_plain"), cached=False)
-    latent, record = run(comfy_server, graph(OFF, "mgpu_off"))
+    without, _ = latent_and_record(comfy_server, graph(None, "mgpu_plain"))
+    latent, record = latent_and_record(comfy_server, graph(OFF, "mgpu_off"))
     check_two_devices(record)
     assert record["cached_steps"] == []
     assert torch.equal(latent, without)
 
 
 def test_a_step_mask_caches_the_same_steps_on_every_device_within_the_one_device_deviation(comfy_server):
-    reference, _ = run(comfy_server, graph(None, "mgpu_ref", devices=1), cached=False)
-    single, single_record = run(comfy_server, graph({"steps_mask": "fast"}, "mgpu_single", devices=1))
+    reference, _ = latent_and_record(comfy_server, graph(None, "mgpu_ref", devices=1))
+    single, single_record = latent_and_record(comfy_server, graph(FAST, "mgpu_single", devices=1))
     assert (single_record["cfg_mode"], single_record["has_separate_cfg"]) == ("split", True)
     assert single_record["cached_steps"] == FAST_8_CACHED
-    latent, record = run(comfy_server, graph({"steps_mask": "fast"}, "mgpu_mask"))
+    latent, record = latent_and_record(comfy_server, graph(FAST, "mgpu_mask"))
     devices = check_two_devices(record)
     assert record["cached_steps"] == FAST_8_CACHED
     assert all(d["cached_steps"] == FAST_8_CACHED for d in devices.values())
@@ -91,7 +83,7 @@ def threshold_graph(threshold: float, prefix: str) -> dict:
 def test_with_the_threshold_every_device_caches_the_same_steps(comfy_server):
     """At the first step after warmup, a threshold between the two conds' residual changes: the step is
     computed on both devices (the cond that would have cached says so); above both, it is cached on both."""
-    _, measured = run(comfy_server, threshold_graph(1e-9, "mgpu_measure"))
+    _, measured = latent_and_record(comfy_server, threshold_graph(1e-9, "mgpu_measure"))
     check_two_devices(measured)
     assert measured["cached_steps"] == []
     step = 2
@@ -100,7 +92,7 @@ def test_with_the_threshold_every_device_caches_the_same_steps(comfy_server):
     assert low < high, changes
     calm = min(changes, key=changes.get)
 
-    _, between = run(comfy_server, threshold_graph((low + high) / 2, "mgpu_between"))
+    _, between = latent_and_record(comfy_server, threshold_graph((low + high) / 2, "mgpu_between"))
     devices = check_two_devices(between)
     assert step not in between["cached_steps"]
     assert all(d["cached_steps"] == between["cached_steps"] for d in devices.values())
@@ -108,7 +100,7 @@ def test_with_the_threshold_every_device_caches_the_same_steps(comfy_server):
     calm_stream = next(s for s in between["streams"] if s["device"] == calm)
     assert calm_stream["step_reasons"][calm_stream["steps"].index(step)] == "other_device"
 
-    _, above = run(comfy_server, threshold_graph(high * 1.01, "mgpu_above"))
+    _, above = latent_and_record(comfy_server, threshold_graph(high * 1.01, "mgpu_above"))
     devices = check_two_devices(above)
     assert step in above["cached_steps"]
     assert all(d["cached_steps"] == above["cached_steps"] for d in devices.values())
@@ -117,14 +109,14 @@ def test_with_the_threshold_every_device_caches_the_same_steps(comfy_server):
 
 def test_twenty_repeated_two_device_runs_are_identical(comfy_server):
     """With a threshold the devices disagree on at step 2, so every run goes through the shared decision."""
-    _, measured = run(comfy_server, threshold_graph(1e-9, "mgpu_repeat_measure"))
+    _, measured = latent_and_record(comfy_server, threshold_graph(1e-9, "mgpu_repeat_measure"))
     low, high = sorted(s["residual_diffs"][s["steps"].index(2)] for s in measured["streams"])
     threshold = (low + high) / 2
-    first, first_record = run(comfy_server, threshold_graph(threshold, "mgpu_repeat_0"))
+    first, first_record = latent_and_record(comfy_server, threshold_graph(threshold, "mgpu_repeat_0"))
     check_two_devices(first_record)
     assert "other_device" in [r for s in first_record["streams"] for r in s["step_reasons"]]
     for index in range(1, 20):
-        latent, record = run(comfy_server, threshold_graph(threshold, f"mgpu_repeat_{index}"))
+        latent, record = latent_and_record(comfy_server, threshold_graph(threshold, f"mgpu_repeat_{index}"))
         check_two_devices(record)
         for key in ("cached_steps", "partial_steps", "step_reasons", "residual_diffs", "call_log"):
             assert record[key] == first_record[key], (index, key)
@@ -133,8 +125,8 @@ def test_twenty_repeated_two_device_runs_are_identical(comfy_server):
 
 
 def test_a_device_that_shares_the_main_model_is_refused_clearly_and_runs_uncached(comfy_server):
-    without, _ = run(comfy_server, graph(None, "mgpu_shared_plain", share_model=True), cached=False)
-    latent, record = run(comfy_server, graph({"steps_mask": "fast"}, "mgpu_shared_node", share_model=True))
+    without, _ = latent_and_record(comfy_server, graph(None, "mgpu_shared_plain", share_model=True))
+    latent, record = latent_and_record(comfy_server, graph(FAST, "mgpu_shared_node", share_model=True))
     assert record["status"] == "skipped" and record["cached_steps"] == [] and record["calls"] == 0
     assert "share one copy of the model" in record["warnings"][0] and "not cached" in record["warnings"][0]
     assert torch.equal(latent, without)
@@ -142,9 +134,9 @@ def test_a_device_that_shares_the_main_model_is_refused_clearly_and_runs_uncache
 
 def test_a_two_evaluation_sampler_serves_each_devices_first_evaluation_of_a_step(comfy_server):
     """heun: the corrector's calls (at sigma[i+1]) go to the devices too and are computed beside the cache."""
-    prompt = graph({"steps_mask": "fast"}, "mgpu_heun")
+    prompt = graph(FAST, "mgpu_heun")
     prompt["6"]["inputs"]["sampler_name"] = "heun"
-    _, record = run(comfy_server, prompt)
+    _, record = latent_and_record(comfy_server, prompt)
     assert record["device_count"] == 2 and record["cached_steps"] == FAST_8_CACHED
     for device, branch in zip(record["devices"], (0, 1)):
         calls = [(entry[0], entry[1], entry[2]) for entry in device["call_log"]]
@@ -160,10 +152,10 @@ def test_a_two_evaluation_sampler_serves_each_devices_first_evaluation_of_a_step
 
 def test_cfg_1_runs_on_the_first_device_alone_and_caches_there(comfy_server):
     """One cond per step: ComfyUI gives it to the first device, the second gets no work and is not waited for."""
-    prompt = krea2_prompt(cfg=1.0, steps=STEPS, cache={"steps_mask": "fast"}, seed=72, prefix="mgpu_cfg1")
+    prompt = krea2_prompt(cfg=1.0, steps=STEPS, cache=FAST, seed=72, prefix="mgpu_cfg1")
     prompt["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
     prompt["5"]["inputs"]["model"] = ["20", 0]
-    _, record = run(comfy_server, prompt)
+    _, record = latent_and_record(comfy_server, prompt)
     main, clone = record["devices"]
     assert (main["device"], main["calls"], clone["device"], clone["calls"]) == ("cpu", STEPS, "cpu:1", 0)
     assert record["cached_steps"] == main["cached_steps"] == FAST_8_CACHED and record["warnings"] == []
@@ -176,10 +168,10 @@ def test_three_conds_on_two_devices_batch_two_on_the_first(comfy_server):
 
     guider = {"class_type": "PerpNegGuider", "inputs": {"positive": ["2", 0], "negative": ["3", 0],
                                                          "empty_conditioning": ["8", 0], "cfg": 3.5, "neg_scale": 1.0}}
-    prompt = guided_prompt(guider, cache={"steps_mask": "fast"}, prefix="mgpu_perp_neg")
+    prompt = guided_prompt(guider, cache=FAST, prefix="mgpu_perp_neg")
     prompt["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
     prompt["5"]["inputs"]["model"] = ["20", 0]
-    _, record = run(comfy_server, prompt)
+    _, record = latent_and_record(comfy_server, prompt)
     main, clone = record["devices"]
     assert {tuple(sorted(entry[1])) for entry in main["call_log"]} == {(0, 2)}
     assert {tuple(entry[1]) for entry in clone["call_log"]} == {(1,)}
@@ -192,7 +184,7 @@ def test_a_device_whose_cond_changes_mid_run_starts_a_fresh_cache(comfy_server):
     """Two positives with timestep ranges (8 tokens, then 10): the first device's stream changes its shape
     mid-run and starts a fresh context there; no residual of the old cond serves the new one, and every
     step stays cached on both devices or on none."""
-    prompt = graph({"steps_mask": "fast"}, "mgpu_ranges")
+    prompt = graph(FAST, "mgpu_ranges")
     prompt["30"] = {"class_type": "Krea2TestConditioning",
                     "inputs": {"seed": 4, "tokens": 10, "features": prompt["2"]["inputs"]["features"],
                                "nonce": prompt["2"]["inputs"]["nonce"]}}
@@ -203,7 +195,7 @@ def test_a_device_whose_cond_changes_mid_run_starts_a_fresh_cache(comfy_server):
     prompt["33"] = {"class_type": "ConditioningCombine", "inputs": {"conditioning_1": ["31", 0],
                                                                      "conditioning_2": ["32", 0]}}
     prompt["6"]["inputs"]["positive"] = ["33", 0]
-    _, record = run(comfy_server, prompt)
+    _, record = latent_and_record(comfy_server, prompt)
     main, clone = record["devices"]
     assert record["warnings"] == [] and record["partial_steps"] == []
     assert clone["cache_contexts"] == 1 and {tuple(e[1]) for e in clone["call_log"]} == {(1,)}

@@ -7,46 +7,23 @@ A width-6144 block costs some tens of seconds per call on a 2-core CPU, so the t
 two-step prompts (about 11 block evaluations): the graph without the node, the node with caching
 off (bit-identical to it), and a run whose threshold lies just above the measured change, so that
 cache-dit caches step 1 by comparing the real-size residuals; and one one-step prompt through the
-GPU check's own prompt and report code, so that its first run on a GPU cannot fail on shapes. ``REALSHAPE_*`` below is what the
-memory benchmark (``benchmarks/realshape_memory.py``) runs too.
+GPU check's own prompt and report code, so that its first run on a GPU cannot fail on shapes. The model,
+its prompt and its server (``devkit/realshape.py``) are what the memory benchmark
+(``benchmarks/realshape_memory.py``) runs too.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import pytest
 import torch
 
-from comfy_harness import REPO_ROOT, ComfyServer
-from krea2_prompts import krea2_prompt
-from krea2_synthetic import FULL_SIZE, write_native_checkpoint
+from comfy_harness import REPO_ROOT
+from realshape import (FN_RESIDUAL_VALUES, REALSHAPE, REALSHAPE_MODEL, REALSHAPE_SIZE, REALSHAPE_TOKENS,
+                       realshape_prompt, start_realshape_server)
 
 pytestmark = pytest.mark.tier("realshape")
-
-# The real architecture with two blocks: Fn=1 computes block 0, a cached step skips block 1.
-REALSHAPE = dataclasses.replace(FULL_SIZE, layers=2)
-REALSHAPE_MODEL = "krea2_realshape.safetensors"
-REALSHAPE_SIZE, REALSHAPE_TOKENS, REALSHAPE_STEPS = 1024, 16, 2
-FN_RESIDUAL_VALUES = (REALSHAPE_SIZE // 16) ** 2 * REALSHAPE.features + REALSHAPE_TOKENS * REALSHAPE.features
-
-
-def realshape_prompt(cache: dict | None, seed: int = 0) -> dict:
-    prompt = krea2_prompt(steps=REALSHAPE_STEPS, cfg=1.0, size=REALSHAPE_SIZE, model=REALSHAPE_MODEL,
-                          pos_tokens=REALSHAPE_TOKENS, neg_tokens=REALSHAPE_TOKENS, cache=cache, seed=seed,
-                          prefix="krea2_realshape")
-    for node in ("2", "3"):
-        prompt[node]["inputs"]["features"] = REALSHAPE.context_features
-    return prompt
-
-
-def start_realshape_server(comfy_root, base) -> ComfyServer:
-    """A server with the two-block real-size Krea-2, written tensor by tensor (bf16, 3 GB)."""
-    base = ComfyServer.prepare_base_dir(base)
-    write_native_checkpoint(base / "models" / "diffusion_models" / REALSHAPE_MODEL, REALSHAPE, seed=0,
-                            dtype=torch.bfloat16)
-    return ComfyServer(comfy_root, base).start(timeout=300)
 
 
 @pytest.fixture(scope="module")

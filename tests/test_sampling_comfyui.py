@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from comfy_harness import prompt_error
+from helpers import FAST, FAST_8_CACHED
 from krea2_prompts import guided_prompt, krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-FAST_8_CACHED = [3, 5, 6]
 # Every sampler ComfyUI offers whose steps follow the schedule it is given. dpm_fast and
 # dpm_adaptive pick their own sigmas (only the first and last of the schedule count), so there
 # is no schedule step to attribute their calls to.

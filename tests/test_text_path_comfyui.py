@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import FAST, OFF, latent_and_record
 from krea2_prompts import TINY_MODEL, guided_prompt, krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
-FAST = {"steps_mask": "fast"}
-OFF = {"residual_diff_threshold": 0.0}
 STEPS = 8
 LORA = "krea2_text_path_lora.safetensors"
 DIFFUSERS_LOADER = {"class_type": "Krea2DiffusersLoader", "inputs": {"model_name": TINY_MODEL, "weight_dtype": "default"}}
@@ -80,13 +79,6 @@ def reuse_switched_off(prompt: dict) -> dict:
     prompt["25"] = {"class_type": "Krea2TestModelFunctionWrapper", "inputs": {"model": prompt["5"]["inputs"]["model"]}}
     prompt["5"]["inputs"]["model"] = ["25", 0]
     return prompt
-
-
-def latent_and_record(server, prompt):
-    if "5" not in prompt:
-        return server.saved_latent(server.run(prompt), "7"), None
-    entry, [record] = server.run_with_stats(prompt, "5")
-    return server.saved_latent(entry, "7"), record
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))

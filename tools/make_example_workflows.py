@@ -7,7 +7,7 @@ right:
 
     ~/comfy/ComfyUI/.venv/bin/python tools/make_example_workflows.py
 
-It starts a CPU ComfyUI with this pack through ``tests/comfy_harness.py``
+It starts a CPU ComfyUI with this pack through ``devkit/comfy_harness.py``
 (finding ComfyUI like the tests do) only to read ``/object_info``.
 tests/test_example_workflows.py checks the result against the server and runs it.
 """
@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))
+sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import ComfyServer, find_comfyui  # noqa: E402
 from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs  # noqa: E402

@@ -99,7 +99,7 @@ def guided_prompt(guider: dict, *, steps=8, sampler="euler", cache: dict | None 
     return prompt
 
 
-PROXY_MODEL = "krea2_proxy.safetensors"                # the small trained Krea-2 (tests/krea2_proxy.py)
+PROXY_MODEL = "krea2_proxy.safetensors"                # the small trained Krea-2 (devkit/krea2_proxy.py)
 PROXY_RANDOM_MODEL = "krea2_proxy_random.safetensors"  # seeded-random weights of the proxy's shape
 PROXY_SIZE = 128
 

@@ -25,7 +25,7 @@
   Cache-DiT node does not know;
 - ``Krea2TestNonFinitePixels``: an IMAGE with some pixels set to NaN (a broken decode);
 - ``Krea2TestProxyDecode``: the latent decoder of the small trained Krea-2 proxy
-  (tests/krea2_proxy.py), LATENT -> IMAGE, so images, the compare node and the compare
+  (devkit/krea2_proxy.py), LATENT -> IMAGE, so images, the compare node and the compare
   template run on it without a VAE;
 - ``Krea2TestOwnModelInput``: the diffusion model gets a copy of its input latent, as on a GPU in
   bf16 (where ComfyUI's cast to the compute dtype copies), for step caches that write into it.
@@ -341,7 +341,7 @@ class Krea2TestNonFinitePixels:
 
 
 def _proxy_module():
-    """tests/krea2_proxy.py, imported by path (the server does not have tests/ on its path)."""
+    """devkit/krea2_proxy.py, imported by path (the server does not have devkit/ on its path)."""
     name = "krea2_cachedit_test_proxy"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "krea2_proxy.py")
@@ -368,7 +368,7 @@ class Krea2TestProxyDecode:
         path = Path(codec_path) if codec_path else proxy.cache_dir() / proxy.CODEC_NAME
         if not path.is_file():
             raise FileNotFoundError(f"Krea2TestProxyDecode: no proxy codec at {path}; build the proxy first "
-                                    f"(python3 dev.py test does, or: python tests/krea2_proxy.py build)")
+                                    f"(python3 dev.py test does, or: python devkit/krea2_proxy.py build)")
         images = proxy.PatchCodec.load(path).decode_comfy(samples["samples"])
         return (images.permute(0, 2, 3, 1).contiguous(),)
 

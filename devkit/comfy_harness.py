@@ -25,7 +25,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PACK_DIR_NAME = "krea2_cachedit"
 TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
-# What only the server process knows, served by tests/comfy_test_nodes/measurement.py.
+# What only the server process knows, served by devkit/comfy_test_nodes/measurement.py.
 MEMORY_ROUTE = "/krea2_test/cuda_memory"          # CUDA peak memory: GET reads, POST resets
 COMPILE_ROUTE = "/krea2_test/compile_counters"    # torch._dynamo's graphs, graph breaks, recompiles
 STATS_ROUTE = "/krea2_cachedit/stats"
