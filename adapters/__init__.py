@@ -23,5 +23,5 @@
 - ``image_compare``: MAE, PSNR and a difference heatmap of two images (the compare node).
 
 The seeded-random Krea-2 checkpoints that tests, demos and benchmarks use are not part of the
-runtime package: they live in ``tests/krea2_synthetic.py``.
+runtime package: they live in ``devkit/krea2_synthetic.py``.
 """

@@ -18,7 +18,7 @@ Used by tests/test_example_workflows.py (every example) and tests/test_manager_i
 (the Turbo template of the pack as ComfyUI-Manager installed it).
 
 ``example_prompt_on_proxy`` runs an example on the small trained Krea-2 proxy instead
-(tests/krea2_proxy.py): its checkpoint, one of its classes as the prompt, its latent decoder
+(devkit/krea2_proxy.py): its checkpoint, one of its classes as the prompt, its latent decoder
 (``Krea2TestProxyDecode``) in place of the VAE, at its 128x128, so the cache really caches and
 the compared images differ by what caching cost.
 """

@@ -1,4 +1,4 @@
-"""Caching where it matters, on the small trained Krea-2 (tests/krea2_proxy.py) in the real server.
+"""Caching where it matters, on the small trained Krea-2 (devkit/krea2_proxy.py) in the real server.
 
 Seeded-random weights change too much between steps for the default threshold to cache anything;
 the proxy has learned its data set, so the node's defaults cache there, the threshold trades
