@@ -33,6 +33,15 @@ PRESETS: dict[str, Preset] = {
     "turbo_4_of_8": Preset(ForecastSettings("linear"), ForecastSchedule(2, 3.0, 0.0, 1),
                            "Linear forecast two steps in three after 2 warmup steps, last step computed (8 steps: 4 "
                            "computed)"),
+    # Long schedules (Krea-2 Raw, about 50 steps, CFG 3.5): a forecast every step but one in N, past a
+    # short warmup, the last step computed. 52 steps: 13 and 11 computed. Picked by a sweep on the
+    # trained proxy (docs/benchmarks.md): its dynamics, not Krea-2 quality.
+    "raw_1_in_4": Preset(ForecastSettings("quadratic"), ForecastSchedule(3, 5.0, 0.0, 1),
+                         "Quadratic forecast, one step in five computed after 3 warmup steps, last step computed "
+                         "(52 steps: 13 computed)"),
+    "raw_1_in_5": Preset(ForecastSettings("linear"), ForecastSchedule(2, 6.0, 0.0, 1),
+                         "Linear forecast, one step in six computed after 2 warmup steps, last step computed "
+                         "(52 steps: 11 computed)"),
     # The official code's defaults (configs/algo/spectrum.yaml, configs/base.yaml, its README's
     # alpha 0.75 setting): 14 computed steps of 50.
     "spectrum_paper": Preset(ForecastSettings("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 0.75, 0),

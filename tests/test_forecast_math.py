@@ -41,11 +41,12 @@ def test_final_computed_steps_keep_the_end_computed():
     assert computed(ForecastSchedule(5, 2.0, 0.75, final_computed_steps=3), 50)[-3:] == [47, 48, 49]
 
 
-def test_the_turbo_presets_compute_five_and_four_of_eight():
-    assert [sum(plan_forecast_run(WholeCallSettings.from_preset(name), 8).mask) for name in
-            ("turbo_5_of_8", "turbo_4_of_8")] == [5, 4]
-    assert sum(plan_forecast_run(WholeCallSettings.from_preset("spectrum_paper"), 50).mask) == 14
-    assert set(PRESETS) >= {"turbo_5_of_8", "turbo_4_of_8", "spectrum_paper", "spectrum_paper_fast"}
+@pytest.mark.parametrize("preset, steps, count", [
+    ("turbo_5_of_8", 8, 5), ("turbo_4_of_8", 8, 4), ("raw_1_in_4", 52, 13), ("raw_1_in_5", 52, 11),
+    ("spectrum_paper", 50, 14), ("spectrum_paper_fast", 50, 10)])
+def test_each_preset_computes_what_its_summary_says(preset, steps, count):
+    assert sum(plan_forecast_run(WholeCallSettings.from_preset(preset), steps).mask) == count
+    assert f"{steps} steps: {count} computed" in PRESETS[preset].summary
 
 
 @pytest.mark.parametrize("bad", [dict(window_size=0.5), dict(window_growth=-1.0), dict(warmup_steps=-1),
