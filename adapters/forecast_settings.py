@@ -85,7 +85,7 @@ class ForecastPlan:
     def method_summary(self) -> dict:
         """The method as the record shows it: its name and what it ran with."""
         forecast, schedule = self.settings.forecast, self.settings.schedule
-        return {"name": "whole_call_forecast", "preset": self.settings.preset,
+        return {"name": "whole_call_forecast", "served": "forecast", "preset": self.settings.preset,
                 **dataclasses.asdict(forecast), **dataclasses.asdict(schedule),
                 "computed_steps": [step for step, computed in enumerate(self.mask) if computed]}
 

@@ -194,6 +194,12 @@ ANY_SCOPE = NodeScope(
                 "'Load Krea-2 (diffusers)').")
 
 
+WHOLE_CALL_FORECAST_SCOPE = NodeScope(
+    node_name="Cache-DiT Spectrum (whole-call forecast)", families=tuple(f for f in SUPPORTED if f.final_layer),
+    what="a transformer whose final layer this node knows",
+    how_to_load=ANY_SCOPE.how_to_load)
+
+
 @dataclasses.dataclass(frozen=True)
 class ResolvedTransformer:
     """A supported transformer found inside a host model."""

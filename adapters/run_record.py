@@ -46,7 +46,8 @@ class RunRecord:
     node_id: str
     prompt_id: str
     model: str
-    method: dict                  # {"name": "dbcache"} or {"name": "whole_call_forecast", what it ran with}
+    method: dict                  # {"name": "dbcache", ...} or {"name": "whole_call_forecast", what it ran with}; "served":
+                                  # what its cached_steps are ("cached", "forecast")
     steps_mask: str
     mask: list[int] | None        # the step mask built for this run (1 = compute), None without one
     steps: int
@@ -132,7 +133,8 @@ class RunRecord:
         return data
 
     def log_line(self, node_name: str) -> str:
-        return (f"{node_name} [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
+        served = self.method.get("served", "cached")   # forecast steps, for whole-call forecasting
+        return (f"{node_name} [node {self.node_id or '?'}]: {served} steps {len(self.cached_steps)}/{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "

@@ -100,7 +100,7 @@ class RunPlan:
 
     def method_summary(self) -> dict:
         """The method as the record shows it (its settings are the record's ``settings``)."""
-        return {"name": "dbcache"}
+        return {"name": "dbcache", "served": "cached"}
 
     def mask_from(self, start_step: int) -> list[int] | None:
         """The rest of the mask for a context starting at ``start_step``; its first step computes."""

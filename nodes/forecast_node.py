@@ -13,13 +13,13 @@ from ..adapters.feature_forecast import FORECASTS, ForecastSettings
 from ..adapters.forecast_schedule import ForecastSchedule
 from ..adapters.forecast_settings import CUSTOM, PRESETS, WholeCallSettings
 from ..adapters.methods import WHOLE_CALL_FORECAST
-from ..adapters.registry import ANY_SCOPE, resolve
+from ..adapters.registry import WHOLE_CALL_FORECAST_SCOPE, resolve
 from .cache_node import CATEGORY
 from .input_checks import schema_problem
 from .plain_errors import plain_errors
 from .wrappers import CacheDiTHolder, install
 
-NODE_NAME = "Cache-DiT Spectrum (whole-call forecast)"
+NODE_NAME = WHOLE_CALL_FORECAST_SCOPE.node_name
 FORECAST_DEFAULTS, SCHEDULE_DEFAULTS = ForecastSettings(), ForecastSchedule()
 
 
@@ -66,7 +66,7 @@ def settings_from(preset: dict) -> WholeCallSettings:
 
 
 class CacheDiTSpectrum(io.ComfyNode):
-    SCOPE = ANY_SCOPE
+    SCOPE = WHOLE_CALL_FORECAST_SCOPE
 
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -92,6 +92,8 @@ class CacheDiTSpectrum(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, **kwargs) -> bool | str:
+        # ComfyUI converts the custom settings' types itself (naming the input); with a validator it leaves
+        # their bounds and choices to it, and lets a NaN through every bound: checked here, by name.
         preset = kwargs.get("preset")
         if not isinstance(preset, dict):
             return True   # linked, or not given: ComfyUI's own checks answer
