@@ -69,8 +69,6 @@ class PeerCase(Case):
     own_input: bool = True
     # A pass-through model_function_wrapper before the node: the text path is computed on every call.
     full_text: bool = False
-    # The whole-call forecasting node instead of the DBCache one: ``with_forecast``'s arguments.
-    forecast: dict | None = None
 
 
 def case(regime: str, method: str, setting: str = "", cache: dict | None = None,
