@@ -25,7 +25,7 @@ from .block_probe import BlockIndexTeller, BlockProbe
 from .cache_dit_bridge import CachedModule, ListToCache, context_configs
 from .calibrators import calibrator_config
 from .call_router import CallLayout, CallRouter, StreamKey
-from .decision_rules import DecisionRules
+from .decision_rules import DecisionRules, TracedStream
 from .foreign_serves import ForeignServeWatch
 from .observation import Call, CallTimer, RunObservation, RunOutcome, exit_status
 from .registry import ResolvedTransformer
@@ -107,7 +107,7 @@ class CacheRun:
             status=status, num_blocks=self.num_blocks, module_id=id(self.host), calls=tuple(self.calls),
             block_lists=tuple(zip(self._list_names, self.probe.sizes)) if len(self._list_names) > 1 else (),
             cfg_mode=layout.mode if layout else None, has_separate_cfg=bool(layout and layout.separate_cfg),
-            cache_contexts=self.router.contexts, traces=tuple(self.stream_traces()), warnings=tuple(self.warnings),
+            cache_contexts=self.router.contexts, streams=tuple(self.stream_accounts()), warnings=tuple(self.warnings),
             text_path=self.text_path.counts() if self.text_path is not None else None)
 
     # --- per call -----------------------------------------------------------------
@@ -167,8 +167,12 @@ class CacheRun:
         return context_configs(self.plan.db_cache_kwargs(start_step, separate_cfg), calibrator_config(self.plan.settings))
 
     # --- what the run saw -----------------------------------------------------------
-    def stream_traces(self) -> list[tuple[StreamTrace, DecisionRules]]:
-        """Each stream's trace with the rules of its context (what the advisor replays)."""
+    def stream_accounts(self) -> list[TracedStream]:
+        """Each stream's trace with the rules of its context (what the record reads and the advisor replays)."""
         rules = [DecisionRules.for_context(self.plan.settings, self.plan.mask_from(start), start)
                  for start in self.router.context_starts]
-        return [(trace, rules[trace.context]) for trace in self.traces.all()]
+        return [TracedStream(trace, rules[trace.context]) for trace in self.traces.all()]
+
+    def stream_traces(self) -> list[tuple[StreamTrace, DecisionRules]]:
+        """Each stream's trace with the rules of its context (what the advisor replays)."""
+        return [account.advisor_input for account in self.stream_accounts()]

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from .residual_trace import StreamTrace
+from .stream_report import StreamReport
+
 # Reasons, as reported per step.
 WARMUP, FRESH_CONTEXT, MASK, MAX_CACHED, MAX_CONTINUOUS = "warmup", "fresh_context", "mask", "max_cached", "max_continuous"
 THRESHOLD, THRESHOLD_OFF, NO_REFERENCE = "threshold", "threshold_off", "no_reference"
@@ -87,3 +90,24 @@ class DecisionRules:
                 reference = step
             previous_cached = cached
         return decisions
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedStream:
+    """A DBCache stream's account: its residual trace with the rules of its context."""
+
+    trace: StreamTrace
+    rules: DecisionRules
+
+    @property
+    def advisor_input(self) -> tuple[StreamTrace, DecisionRules]:
+        return self.trace, self.rules
+
+    def report(self) -> StreamReport:
+        measured = self.trace.measured_diffs()   # one device read for the whole stream
+        order = sorted(self.trace.cached)
+        why = self.rules.explain(order, self.trace.cached)
+        # The changes keep every digit: rounded, one just below the threshold could show on it.
+        return StreamReport(self.trace.branches, self.trace.context, self.trace.start_step, order,
+                            [s for s in order if self.trace.cached[s]], [why[s] for s in order],
+                            [measured.get(s) for s in order], self.trace.blocks)

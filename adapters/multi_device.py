@@ -58,13 +58,13 @@ class DeviceModel:
     conds_per_step: int          # conds the device is expected to get per step (a hint; calls decide)
 
 
-def devices_refusal(devices: list[DeviceModel]) -> str | None:
-    """Why these device copies cannot share one cache run (None: they can)."""
+def devices_refusal(devices: list[DeviceModel], shares_decisions: bool = True) -> str | None:
+    """Why these device copies cannot share one run (None: they can)."""
     seen: dict[int, str] = {}
     main = devices[0].target
     for device in devices:
         target = device.target
-        if len(target.family.block_lists) > 1:
+        if shares_decisions and len(target.family.block_lists) > 1:
             # The devices agree per step where cache-dit asks once per call; with several block
             # lists it asks once per list, which that agreement does not cover.
             return (f"Multi-GPU sampling of {target.family.name} (several block lists) is not supported by the "
@@ -245,11 +245,12 @@ class DeviceRun:
 
 
 class MultiDeviceRun:
-    """One sampling run on several devices: a ``CacheRun`` per device, their observations side by side."""
+    """One sampling run on several devices: a run per device (``run_type``, a ``CacheRun`` by default), their
+    observations side by side; with ``shares_decisions`` one caching decision per step for all of them."""
 
     def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock,
                  *, node_name: str, tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
-                 text_reuse_off: str | None = None):
+                 text_reuse_off: str | None = None, run_type: type = CacheRun, shares_decisions: bool = True):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
@@ -257,10 +258,11 @@ class MultiDeviceRun:
         self.step_clock = clock           # the record's (its warnings); the devices share it through ``clock``
         self.clock = SharedClock(clock)
         self.consensus = StepConsensus(min_wait_s)
+        self.shares_decisions = shares_decisions
         self.devices = []
         for device in devices:
             device_clock = self.clock.for_device(device.label)
-            run = CacheRun(device.target, plan, device_clock, conds_per_step=device.conds_per_step,
+            run = run_type(device.target, plan, device_clock, conds_per_step=device.conds_per_step,
                            node_name=node_name, host=device.host, tell_block_index=tell_block_index,
                            text_reuse_off=text_reuse_off)
             self.devices.append(DeviceRun(device, run, device_clock, self.consensus))
@@ -284,8 +286,9 @@ class MultiDeviceRun:
             stack.enter_context(quiet_cache_dit())
             for device in self.devices:
                 stack.enter_context(device.run)
-                stack.callback(device.leave_consensus)
-                device.join_consensus()
+                if self.shares_decisions:
+                    stack.callback(device.leave_consensus)
+                    device.join_consensus()
             self._stack = stack.pop_all()
         return self
 

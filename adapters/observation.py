@@ -2,8 +2,8 @@
 
 A ``CacheRun`` (one per device) routes the calls; while it runs it only appends one
 ``Call`` per model call. When it ends it returns a frozen ``RunObservation``: the
-calls, the call layout it settled on, the residual traces with the rules of their
-cache contexts, and its warnings. The run hands out a ``RunOutcome`` (its plan, clock
+calls, the call layout it settled on, an account of each stream (for DBCache its
+residual trace with the rules of its cache context), and its warnings. The run hands out a ``RunOutcome`` (its plan, clock
 and observations), which ``run_record.build`` turns into the record; nothing here
 reads the device.
 """
@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .decision_rules import DecisionRules
-from .residual_trace import StreamTrace
+from .stream_report import StreamAccount
 from .text_path import TextPathCounts
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class RunObservation:
     cfg_mode: str | None        # the first call layout's: "none", "batched" or "split"; None without a call
     has_separate_cfg: bool      # what cache-dit was configured with for that layout
     cache_contexts: int         # > 1 when the call layout changed mid-run and a fresh context started
-    traces: tuple[tuple[StreamTrace, DecisionRules], ...]   # per (context, stream), with that context's rules
+    streams: tuple[StreamAccount, ...]   # per (context, stream[, block list]): what it did, for the record
     warnings: tuple[str, ...]
     device: str | None = None   # the torch device of a multi-device run's copy; None on one device
     text_path: TextPathCounts | None = None   # the family's text path: computed / reused calls

@@ -73,6 +73,9 @@ class TransformerFamily:
     # The modules (first, second) that turn the conditioning into text tokens on every call,
     # reused within a run when the host vouches that the conditioning is the same (``text_path``).
     text_path: tuple[str, str] | None = None
+    # The module that turns the last block's hidden state into the model's output, with the step's
+    # time modulation; its first argument is the feature whole-call forecasting forecasts.
+    final_layer: str | None = None
 
     def __post_init__(self):
         if not self.model:
@@ -95,6 +98,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         text_path=("txtfusion", "txtmlp"),
+        final_layer="last",
     ),
     TransformerFamily(
         name="Krea-2 (diffusers)",
@@ -103,6 +107,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         block_lists=(BlockList("transformer_blocks", "Pattern_3"),),
         check_forward_pattern=True,
         text_path=("text_fusion", "txt_in"),
+        final_layer="final_layer",
     ),
     # Wan 2.1 / 2.2 (t2v, i2v, the 2.2 high/low-noise pair and the 5B): one list of blocks that
     # take (x, e, freqs, context, ...) and return x. Fn's residual is on the video tokens.
@@ -115,6 +120,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         loop_patches=("patches.double_block", "patches_replace.dit"),
+        final_layer="head",
     ),
     # Z-Image: the main stack in ``layers`` takes the joint (caption + image) sequence and returns
     # it; Fn's residual is on that joint sequence. The noise and context refiners run before the
@@ -128,6 +134,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         loop_patches=("patches.double_block",),
+        final_layer="final_layer",
     ),
     # Qwen-Image (and its Edit models, whose reference latents join the image tokens before the
     # stack): blocks take (hidden_states=image, encoder_hidden_states=text, ...) and return
@@ -142,6 +149,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         loop_patches=("patches.double_block", "patches_replace.dit", "control"),
+        final_layer="norm_out",
     ),
     # Flux.1 (dev, schnell, Kontext) and Flux.2 (dev with guidance, Klein without): ``forward_orig``
     # runs the double-stream blocks on (img, txt), then the single-stream blocks on cat(txt, img).
@@ -160,6 +168,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         # Chroma and others subclass Flux with loops of their own.
         match_subclasses=False,
         loop_patches=("patches_replace.dit", "control"),
+        final_layer="final_layer",
     ),
 )
 
@@ -183,6 +192,12 @@ ANY_SCOPE = NodeScope(
     node_name="Cache-DiT DBCache", families=SUPPORTED, what="a transformer this node supports",
     how_to_load="Connect the MODEL of one of these from 'Load Diffusion Model' (Krea-2 also from "
                 "'Load Krea-2 (diffusers)').")
+
+
+WHOLE_CALL_FORECAST_SCOPE = NodeScope(
+    node_name="Cache-DiT Spectrum (whole-call forecast)", families=tuple(f for f in SUPPORTED if f.final_layer),
+    what="a transformer whose final layer this node knows",
+    how_to_load=ANY_SCOPE.how_to_load)
 
 
 @dataclasses.dataclass(frozen=True)

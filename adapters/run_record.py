@@ -19,6 +19,7 @@ import torch
 
 from .calibrators import calibrator_summary
 from .observation import Call, ParallelOutcome, RunObservation, RunOutcome
+from .stream_report import StreamReport
 from .threshold_advisor import suggest_thresholds
 from .strict_json import finite_or_null, replaced_warning
 
@@ -45,6 +46,8 @@ class RunRecord:
     node_id: str
     prompt_id: str
     model: str
+    method: dict                  # {"name": "dbcache", ...} or {"name": "whole_call_forecast", what it ran with}; "served":
+                                  # what its cached_steps are ("cached", "forecast")
     steps_mask: str
     mask: list[int] | None        # the step mask built for this run (1 = compute), None without one
     steps: int
@@ -130,7 +133,8 @@ class RunRecord:
         return data
 
     def log_line(self, node_name: str) -> str:
-        return (f"{node_name} [node {self.node_id or '?'}]: cached steps {len(self.cached_steps)}/{self.steps}"
+        served = self.method.get("served", "cached")   # forecast steps, for whole-call forecasting
+        return (f"{node_name} [node {self.node_id or '?'}]: {served} steps {len(self.cached_steps)}/{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
@@ -183,7 +187,7 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
     settings = plan.settings
     return RunRecord(
         node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=outcome.model,
-        steps_mask=settings.steps_mask, mask=list(plan.mask) if plan.mask else None,
+        method=plan.method_summary(), steps_mask=plan.mask_name, mask=list(plan.mask) if plan.mask else None,
         steps=steps, sigmas=[round(v, 6) for v in clock.sigmas], cfg=float(meta.cfg), guidance=dict(meta.guidance),
         # "split" across devices: the step's conds went to several devices (each one's own mode is in ``devices``).
         cfg_mode="split" if len(modes) > 1 else (modes[0] if modes else observations[0].cfg_mode),
@@ -201,7 +205,8 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
         residual_diffs=[_max_or_none(d.diffs[s] for d in devices) for s in range(steps)],
         step_reasons=[_step_reason(working, step, state, overridden) for step, state in enumerate(states)],
         streams=[stream for d in devices for stream in d.streams(overridden, labelled=parallel is not None)],
-        threshold_suggestions=suggest_thresholds([t for o in observations for t in o.traces]),
+        threshold_suggestions=suggest_thresholds([s.advisor_input for o in observations for s in o.streams
+                                                  if s.advisor_input is not None]),
         devices=[d.summary(own) for d, own in zip(devices, sigmas)] if parallel else [],
         parallel_block_evals=list(parallel_block_evals(observations)) if parallel else None,
         text_path=_text_path(observations),
@@ -231,7 +236,7 @@ def _text_path(observations: Sequence[RunObservation]) -> dict | None:
 def skipped_record(steps: int, meta: RunMeta, reason: str) -> RunRecord:
     """The record of a run the pack left uncached on purpose, saying why."""
     return RunRecord(
-        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model="", steps_mask="none", mask=None,
+        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model="", method={}, steps_mask="none", mask=None,
         steps=steps, sigmas=[], cfg=meta.cfg, guidance=dict(meta.guidance), cfg_mode=None, has_separate_cfg=False,
         settings={}, cached_steps=[], partial_steps=[], step_states=["uncached"] * steps, calls=0, extra_calls=0,
         cache_contexts=0, block_evals=0, block_evals_uncached=0, call_log=[], status="skipped",
@@ -249,27 +254,18 @@ class _DeviceView:
         self.reasons: list[str | None] = [None] * steps
         self._streams: list[dict] = []
         self.seconds = [call.timer.seconds() for call in observation.calls]
-        for trace, rules in observation.traces:
-            self._add_stream(trace, rules)
+        for account in observation.streams:
+            self._add_stream(account.report())
 
-    def _add_stream(self, trace, rules) -> None:
-        measured = trace.measured_diffs()
-        order = sorted(trace.cached)
-        why = rules.explain(order, trace.cached)
-        for step in order:
-            value = measured.get(step)
+    def _add_stream(self, report: StreamReport) -> None:
+        cached = set(report.cached_steps)
+        for step, value, reason in zip(report.steps, report.residual_diffs, report.step_reasons):
             if value is not None and (self.diffs[step] is None or value > self.diffs[step]):
                 self.diffs[step] = value
             # A step's reason is that of a stream whose outcome is the step's outcome.
-            if self.reasons[step] is None or (self.states[step] != "cached" and not trace.cached[step]):
-                self.reasons[step] = why[step]
-        # The changes keep every digit: rounded, one just below the threshold could show on it.
-        self._streams.append({"branches": list(trace.branches), "context": trace.context,
-                              **({"blocks": trace.blocks} if trace.blocks is not None else {}),
-                              "start_step": trace.start_step,
-                              "residual_diffs": [measured.get(s) for s in order], "steps": order,
-                              "cached_steps": [s for s in order if trace.cached[s]],
-                              "step_reasons": [why[s] for s in order]})
+            if self.reasons[step] is None or (self.states[step] != "cached" and step not in cached):
+                self.reasons[step] = reason
+        self._streams.append(report.as_dict())
 
     def streams(self, overridden: dict[int, list[str]], labelled: bool) -> list[dict]:
         if not labelled:

@@ -93,6 +93,15 @@ class RunPlan:
             kwargs.update(steps_computation_mask=mask, steps_computation_policy="static")
         return kwargs
 
+    @property
+    def mask_name(self) -> str:
+        """The mask's name in the record: the node's step mask policy."""
+        return self.settings.steps_mask
+
+    def method_summary(self) -> dict:
+        """The method as the record shows it (its settings are the record's ``settings``)."""
+        return {"name": "dbcache", "served": "cached"}
+
     def mask_from(self, start_step: int) -> list[int] | None:
         """The rest of the mask for a context starting at ``start_step``; its first step computes."""
         if self.mask is None:

@@ -32,6 +32,14 @@ PEERS = (EASYCACHE, LAZYCACHE)
 # the denoised latent from that same tensor. Shown for the record; not a setting anyone would pick.
 EASYCACHE_IN_PLACE = "EasyCache in place (fp32 compute)"
 NODE_DEFAULT_THRESHOLD = 0.24
+# Whole-call forecasting (the CacheDiTSpectrum node): its named presets, Spectrum as published, and a
+# sweep of the linear forecast's window (one step in N computed after 2 warmup steps, the last computed).
+FORECAST_PRESETS = "Cache-DiT forecast presets"
+SPECTRUM_PUBLISHED = "Cache-DiT Spectrum as published"
+FORECAST_LINEAR = "Cache-DiT forecast, linear, window N"
+FORECAST_PRESET_NAMES = {"turbo": ("turbo_5_of_8", "turbo_4_of_8"), "raw": ("raw_1_in_4", "raw_1_in_5")}
+PUBLISHED_PRESETS = ("spectrum_paper", "spectrum_paper_fast")
+LINEAR_WINDOWS = {"turbo": (2.0, 3.0, 4.0), "raw": (3.0, 4.0, 6.0, 8.0)}
 
 NODE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
 FREE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
@@ -70,6 +78,20 @@ def case(regime: str, method: str, setting: str = "", cache: dict | None = None,
     return PeerCase(name, steps, cfg, cache, regime=regime, method=method, setting=setting, peer=peer)
 
 
+def forecast_case(regime: str, method: str, setting: str, preset: str, **custom) -> PeerCase:
+    made = case(regime, method, setting, {})
+    made.forecast = {"preset": preset, **custom}
+    return made
+
+
+def forecast_cases(regime: str) -> list[PeerCase]:
+    cases = [forecast_case(regime, FORECAST_PRESETS, name, name) for name in FORECAST_PRESET_NAMES[regime]]
+    cases += [forecast_case(regime, SPECTRUM_PUBLISHED, name, name) for name in PUBLISHED_PRESETS]
+    cases += [forecast_case(regime, FORECAST_LINEAR, f"{n:g}", "custom", forecast="linear", warmup_steps=2,
+                            window_size=n, window_growth=0.0, final_computed_steps=1) for n in LINEAR_WINDOWS[regime]]
+    return cases
+
+
 def peer_case(regime: str, peer: str, threshold: float, own_input: bool = True) -> PeerCase:
     made = case(regime, peer if own_input else EASYCACHE_IN_PLACE, f"{threshold:g}",
                 peer={"class_type": peer, "reuse_threshold": threshold, **PEER_DEFAULTS})
@@ -91,6 +113,7 @@ def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
                   for c in CALIBRATORS for t in CALIBRATOR_THRESHOLDS]
         cases += [case(regime, FREE_TAYLORSEER, f"{t:g}", {"residual_diff_threshold": t, "calibrator": "taylorseer",
                                                           **FREE}) for t in CALIBRATOR_THRESHOLDS]
+        cases += forecast_cases(regime)
         cases += [peer_case(regime, peer, t) for peer in PEERS for t in PEER_THRESHOLDS]
         cases.append(peer_case(regime, EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False))
     return cases
@@ -108,6 +131,7 @@ def quick_cases() -> list[PeerCase]:
     return [case("turbo", UNCACHED), *caching_off_cases("turbo"),
             case("turbo", THRESHOLD, f"{NODE_DEFAULT_THRESHOLD:g}", {}),
             case("turbo", calibrator_method("taylorseer"), f"{NODE_DEFAULT_THRESHOLD:g}", {"calibrator": "taylorseer"}),
+            forecast_case("turbo", FORECAST_PRESETS, "turbo_5_of_8", "turbo_5_of_8"),
             peer_case("turbo", EASYCACHE, 0.2), peer_case("turbo", EASYCACHE, 1.2),
             peer_case("turbo", LAZYCACHE, 0.2), peer_case("turbo", LAZYCACHE, 1.2),
             peer_case("turbo", EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False)]
@@ -115,6 +139,11 @@ def quick_cases() -> list[PeerCase]:
 
 def is_node(row: dict) -> bool:
     return row["method"].startswith("Cache-DiT")
+
+
+def is_forecast(row: dict) -> bool:
+    """A row of the whole-call forecasting node (the other node rows are the DBCache node's)."""
+    return row["method"] in (FORECAST_PRESETS, SPECTRUM_PUBLISHED, FORECAST_LINEAR)
 
 
 def is_node_default(row: dict) -> bool:

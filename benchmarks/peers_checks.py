@@ -6,8 +6,8 @@ Each margin is judged by the median of per-repeat ratios and its 95% confidence 
 
 from __future__ import annotations
 
-from peers_cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, PEERS, UNCACHED, is_node
-from peers_compare import EQUAL_SPEED
+from peers_cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_PRESETS, PEERS, UNCACHED, is_forecast, is_node
+from peers_compare import EQUAL_SPEED, best_at_least_as_fast
 from spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,
                     paired_ratios, show)
 
@@ -15,6 +15,10 @@ from spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_a
 # must return of the blocks it skips.
 NODE_COST_CEILING = 0.01        # caching off, text path on every call, against no node
 CACHING_EFFICIENCY_FLOOR = 0.90  # a caching row's speedup over caching off, as a share of its ideal
+# Whole-call forecasting's targets: per Turbo preset, the MAE/255 it must stay under and beat every DBCache
+# and peer setting at least as fast with; on Raw, some forecast setting at this projected speedup and MAE.
+FORECAST_TARGETS = {"turbo": (("turbo_5_of_8", 1.5), ("turbo_4_of_8", 3.0))}
+RAW_FORECAST_TARGET = ("raw", 4.0, 2.0)
 
 
 def target_checks(rows: list[dict], comparisons: list[dict], own_cost: dict | None = None) -> list[str]:
@@ -37,7 +41,43 @@ def target_checks(rows: list[dict], comparisons: list[dict], own_cost: dict | No
                 lines.append(efficiency_check(row, off))
     for result in comparisons:
         lines += race_checks(rows, result)
+    return lines + forecast_checks(rows)
+
+
+def forecast_checks(rows: list[dict]) -> list[str]:
+    """The forecasting targets on each speed basis the rows have (projected on Krea-2, measured here)."""
+    lines = []
+    bases = [key for key in ("projected", "wall") if rows and all(key in r for r in rows)]
+    for regime, targets in FORECAST_TARGETS.items():
+        of_regime = [r for r in rows if r["regime"] == regime]
+        rivals = [r for r in of_regime if ((is_node(r) and not is_forecast(r)) or r["method"] in PEERS)
+                  and r["ideal"] > 1.0]
+        for preset, ceiling in targets:
+            row = next((r for r in of_regime if r["method"] == FORECAST_PRESETS and r["setting"] == preset), None)
+            if row is None:
+                continue
+            for key in bases:
+                best = best_at_least_as_fast(rivals, row[key], key)
+                beaten = best is None or row["mae_255"] < best["mae_255"]
+                rival = f"{best['case']} {best['mae_255']:.2f}" if best else "none as fast"
+                ok = row["mae_255"] <= ceiling and beaten
+                lines.append(f"check: {regime} ({_basis(key)}): {preset} MAE {row['mae_255']:.2f}/255 at {row[key]:.2f}x "
+                             f"(at most {ceiling:g}, below every DBCache and peer setting at least as fast: "
+                             f"{rival}) ({'ok' if ok else 'MISSED'})")
+    regime, speedup, ceiling = RAW_FORECAST_TARGET
+    forecasts = [r for r in rows if r["regime"] == regime and is_forecast(r)]
+    for key in bases:
+        fast = [r for r in forecasts if r[key] >= speedup]
+        best = min(fast, key=lambda r: r["mae_255"]) if fast else None
+        found = f"{best['case']} MAE {best['mae_255']:.2f}/255 at {best[key]:.2f}x" if best else "no forecast row"
+        ok = best is not None and best["mae_255"] <= ceiling
+        lines.append(f"check: {regime} ({_basis(key)}): a forecast setting at {speedup:g}x or more with MAE at most "
+                     f"{ceiling:g}/255: {found} ({'ok' if ok else 'MISSED'})")
     return lines
+
+
+def _basis(key: str) -> str:
+    return "measured" if key == "wall" else "projected"
 
 
 def own_cost_interval(times: dict, method: str) -> Spread:

@@ -12,7 +12,7 @@ import re
 
 from speedup import run_prompt  # also puts devkit/ on the path and loads the pack
 from comfy_harness import ComfyServer
-from krea2_prompts import proxy_prompt
+from krea2_prompts import proxy_prompt, with_forecast
 from peers_cases import PeerCase
 
 PEER_NODE = "20"  # the EasyCache / LazyCache node, between the loader and the KSampler
@@ -32,6 +32,8 @@ def case_prompt(case: PeerCase, label: int, seed: int) -> dict:
             model = [OWN_INPUT_NODE, 0]
         prompt[PEER_NODE] = {"class_type": case.peer["class_type"], "inputs": {"model": model, **inputs}}
         prompt["6"]["inputs"]["model"] = [PEER_NODE, 0]
+    if case.forecast is not None:
+        prompt = with_forecast(prompt, **case.forecast)
     if case.full_text:
         prompt[FULL_TEXT_NODE] = {"class_type": "Krea2TestModelFunctionWrapper", "inputs": {"model": ["1", 0]}}
         prompt["5"]["inputs"]["model"] = [FULL_TEXT_NODE, 0]
@@ -72,7 +74,8 @@ def node_sample(seconds: float, latent, stats: dict) -> Sample:
     return Sample(seconds, latent, len(stats["cached_steps"]), stats["steps"], stats["ideal_speedup"],
                   calls=stats["calls"], cached_calls=sum(1 for call in stats["call_log"] if call[3] < blocks),
                   text_computed=text["computed"],
-                  always_blocks=settings["Fn_compute_blocks"] + settings["Bn_compute_blocks"])
+                  # A forecast call runs no block (whole-call forecasting's settings have no Fn / Bn).
+                  always_blocks=settings.get("Fn_compute_blocks", 0) + settings.get("Bn_compute_blocks", 0))
 
 
 def run_case(server: ComfyServer, case: PeerCase, image: tuple[int, int]) -> Sample:

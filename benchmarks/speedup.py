@@ -35,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
-from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt  # noqa: E402
+from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt, with_forecast  # noqa: E402
 from spread import (MIN_REPEATS, Spread, above_ideal, at_least, caching_efficiency, keep_repeating,  # noqa: E402
                     paired_ratios, show, spread, within)
 
@@ -57,9 +57,16 @@ class Case:
     cfg: float
     cache: dict | None      # Krea2CacheDiT inputs; None = the graph without the node
     compile_backend: str | None = None  # TorchCompileModel before the cache node; None = eager
+    # The whole-call forecasting node instead of the DBCache one (``with_forecast``'s arguments: a preset,
+    # or "custom" and its settings); ``cache`` is then {} (the node is there).
+    forecast: dict | None = None
 
 
 OFF = {"residual_diff_threshold": 0.0}  # the node with caching off: the uncached run, timed by the node
+
+
+def forecast(name: str, steps: int, cfg: float, preset: str) -> Case:
+    return Case(name, steps, cfg, {}, forecast={"preset": preset})
 
 
 def default_cases(steps: int, cfg: float, raw: bool, compile_backend: str | None = None) -> list[Case]:
@@ -69,10 +76,12 @@ def default_cases(steps: int, cfg: float, raw: bool, compile_backend: str | None
         Case("node defaults", steps, cfg, {}),
         Case("steps_mask fast", steps, cfg, {"steps_mask": "fast"}),
         Case("steps_mask ultra", steps, cfg, {"steps_mask": "ultra"}),
+        forecast("forecast turbo_5_of_8", steps, cfg, "turbo_5_of_8"),
     ]
     if raw:
         cases += [Case("raw uncached", 52, 3.5, None), Case("raw caching off", 52, 3.5, OFF),
-                  Case("raw node defaults", 52, 3.5, {}), Case("raw steps_mask medium", 52, 3.5, {"steps_mask": "medium"})]
+                  Case("raw node defaults", 52, 3.5, {}), Case("raw steps_mask medium", 52, 3.5, {"steps_mask": "medium"}),
+                  forecast("raw forecast raw_1_in_4", 52, 3.5, "raw_1_in_4")]
     if compile_backend:
         cases = [dataclasses.replace(c, name=f"compiled {c.name}", compile_backend=compile_backend) for c in cases]
     return cases
@@ -81,8 +90,12 @@ def default_cases(steps: int, cfg: float, raw: bool, compile_backend: str | None
 PROXY_THRESHOLDS = (0.12, 0.32, 0.48)  # the sweep around the default 0.24
 
 
+FORECAST_PRESETS = {8: ("turbo_5_of_8", "turbo_4_of_8"), 52: ("raw_1_in_4", "raw_1_in_5", "spectrum_paper")}
+
+
 def proxy_cases() -> list[Case]:
-    """Turbo-like and Raw-like runs of the proxy: defaults, masks, TaylorSeer, a threshold sweep."""
+    """Turbo-like and Raw-like runs of the proxy: defaults, masks, TaylorSeer, a threshold sweep, and the
+    whole-call forecasting node's presets."""
     cases = []
     for prefix, steps, cfg, masks in (("", 8, 1.0, ("fast", "ultra")), ("raw ", 52, 3.5, ("medium", "fast"))):
         cases += [Case(f"{prefix}uncached", steps, cfg, None), Case(f"{prefix}caching off", steps, cfg, OFF),
@@ -91,6 +104,7 @@ def proxy_cases() -> list[Case]:
         cases += [Case(f"{prefix}steps_mask {mask}", steps, cfg, {"steps_mask": mask}) for mask in masks]
         cases += [Case(f"{prefix}threshold {t:g}", steps, cfg, {"residual_diff_threshold": t})
                   for t in PROXY_THRESHOLDS]
+        cases += [forecast(f"{prefix}forecast {preset}", steps, cfg, preset) for preset in FORECAST_PRESETS[steps]]
     return cases
 
 
@@ -159,14 +173,15 @@ def run_comfyui(args, comfy_root: Path) -> list[dict]:
 def case_prompt(case: Case, model_name: str, features: int, seed: int, size: int, tokens: int,
                 proxy=None) -> dict:
     if proxy is not None:  # each repeat samples another class of the proxy's data set
-        return proxy_prompt(label=seed % 8, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed,
-                            prefix=f"bench_{case.name.replace(' ', '_')}")
-    prompt = krea2_prompt(cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, size=size,
-                          model=model_name, pos_tokens=tokens, neg_tokens=tokens,
-                          prefix=f"bench_{case.name.replace(' ', '_')}", compile_backend=case.compile_backend)
-    for node in ("2", "3"):
-        prompt[node]["inputs"]["features"] = features
-    return prompt
+        prompt = proxy_prompt(label=seed % 8, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed,
+                              prefix=f"bench_{case.name.replace(' ', '_')}")
+    else:
+        prompt = krea2_prompt(cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, size=size,
+                              model=model_name, pos_tokens=tokens, neg_tokens=tokens,
+                              prefix=f"bench_{case.name.replace(' ', '_')}", compile_backend=case.compile_backend)
+        for node in ("2", "3"):
+            prompt[node]["inputs"]["features"] = features
+    return with_forecast(prompt, **case.forecast) if case.forecast is not None else prompt
 
 
 def measure(server: ComfyServer, args, model_name: str, features: int, proxy=None) -> list[dict]:

@@ -59,6 +59,23 @@ def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache
     return prompt
 
 
+FORECAST_NODE = "CacheDiTSpectrum"
+# The forecasting node's ``custom`` settings (its ``preset`` dynamic combo's inputs), as the node defaults them.
+FORECAST_CUSTOM_DEFAULTS = {"forecast": "spectrum", "chebyshev_degree": 4, "ridge_lambda": 0.1, "blend_w": 1.0,
+                            "warmup_steps": 5, "window_size": 2.0, "window_growth": 0.75, "final_computed_steps": 0}
+
+
+def with_forecast(prompt: dict, preset: str = "turbo_5_of_8", **custom) -> dict:
+    """The cache node "5" replaced by the whole-call forecasting node on the same model: a named
+    ``preset``, or ``preset="custom"`` with ``custom`` over ``FORECAST_CUSTOM_DEFAULTS`` (the API
+    format of a dynamic combo: the chosen key, and its inputs as ``preset.<name>``)."""
+    inputs = {"model": prompt["5"]["inputs"]["model"], "preset": preset}
+    if preset == "custom":
+        inputs.update({f"preset.{name}": value for name, value in {**FORECAST_CUSTOM_DEFAULTS, **custom}.items()})
+    prompt["5"] = {"class_type": FORECAST_NODE, "inputs": inputs}
+    return prompt
+
+
 def with_lora(prompt: dict, lora_name: str, strength: float, order: str) -> dict:
     """LoraLoaderModelOnly "8" on the loader's model, before ("lora_first") or after ("cache_first")
     the Cache-DiT node "5" (node ids of ``krea2_prompt``; family prompts use the same)."""

@@ -8,6 +8,7 @@ from comfy_api.latest import ComfyExtension, io
 
 from .cache_node import CacheDiTDBCache, Krea2CacheDiT
 from .compare_node import Krea2CompareImages
+from .forecast_node import CacheDiTSpectrum
 from .loader_node import Krea2DiffusersLoader
 from . import routes
 
@@ -17,4 +18,4 @@ class Krea2CacheDiTExtension(ComfyExtension):
         routes.register()
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [Krea2CacheDiT, CacheDiTDBCache, Krea2DiffusersLoader, Krea2CompareImages]
+        return [Krea2CacheDiT, CacheDiTDBCache, CacheDiTSpectrum, Krea2DiffusersLoader, Krea2CompareImages]

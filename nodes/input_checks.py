@@ -39,13 +39,19 @@ def schema_problem(inputs: list, values: dict) -> str | None:
 
 def _number_problem(spec, value) -> str | None:
     low, high = spec.min, spec.max
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{spec.id} is {value!r}, not a number: set it to a number{_range_text(low, high)}."
     finite = math.isfinite(value)
     if finite and (low is None or value >= low) and (high is None or value <= high):
         return None
-    if low is not None and high is not None:
-        allowed = f"from {low:g} to {high:g}"
-    else:
-        allowed = f"at least {low:g}" if low is not None else f"at most {high:g}"
     what = "not a finite number" if not finite else "out of range"
     default = f" (default {spec.default:g})" if spec.default is not None else ""
-    return f"{spec.id} is {value:g}, {what}: set it to a number {allowed}{default}."
+    return f"{spec.id} is {value:g}, {what}: set it to a number{_range_text(low, high)}{default}."
+
+
+def _range_text(low, high) -> str:
+    if low is not None and high is not None:
+        return f" from {low:g} to {high:g}"
+    if low is None and high is None:
+        return ""
+    return f" at least {low:g}" if low is not None else f" at most {high:g}"

@@ -3,8 +3,9 @@
 Modelled on ComfyUI's EasyCache: the node puts a ``CacheDiTHolder`` into the
 MODEL clone's ``model_options`` and registers two wrappers under one key.
 - OUTER_SAMPLE: per run, reads the sampler's sigmas, callback and guider,
-  opens a ``CacheRun`` (cache-dit enabled) and closes it in ``finally``, also
-  on interrupt or error, so the shared transformer is never left cached.
+  opens the holder's method's run (a ``CacheRun``: cache-dit enabled; a ``ForecastRun``)
+  and closes it in ``finally``, also on interrupt or error, so the shared transformer is
+  never left cached.
 - DIFFUSION_MODEL: per model call, lets the run route the call through
   cache-dit or around it, using ``cond_or_uncond`` and ``sigmas``.
 """
@@ -21,11 +22,10 @@ import torch
 import comfy.model_patcher
 import comfy.patcher_extension
 
-from ..adapters.cache_run import CacheRun
-from ..adapters.multi_device import DeviceRun, MultiDeviceRun
+from ..adapters.methods import DBCACHE, Method
+from ..adapters.multi_device import MultiDeviceRun
 from ..adapters.registry import ANY_SCOPE, ResolvedTransformer, loop_patches_in, resolve
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
-from ..adapters.settings import CacheSettings, plan_run
 from ..adapters.step_clock import StepClock, churned_start_sigmas
 from . import conditioning_identity, multi_gpu, routes
 from .guidance import read_guidance
@@ -38,7 +38,7 @@ KEY = "krea2_cachedit"
 # sources, and ComfyUI's compile node filters out the guards that check its keys, so a later
 # compiled run without this node would fail on the missing key.
 # Under multi-GPU sampling, each device's copy of the model has its own entry (read from its thread).
-_active_runs: dict[int, CacheRun | DeviceRun] = {}
+_active_runs: dict[int, object] = {}   # a method's run (CacheRun, ForecastRun) or one device's DeviceRun
 WrappersMP = comfy.patcher_extension.WrappersMP
 logger = logging.getLogger(__name__)
 
@@ -47,10 +47,11 @@ logger = logging.getLogger(__name__)
 class CacheDiTHolder:
     """What one Cache-DiT node asked for; immutable, shared by every run of its MODEL."""
 
-    settings: CacheSettings
+    settings: object                 # the method's settings (CacheSettings for DBCache)
     node_id: str
     # The name of the node the user placed, which the log and warnings speak for (its scope's).
     node_name: str
+    method: Method = DBCACHE
     # Upstream Cache-DiT nodes on the same model whose settings this one replaces: (node id, node name).
     superseded: tuple[tuple[str, str], ...] = ()
 
@@ -98,7 +99,7 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(sampler),
                       start_sigmas=_start_sigmas(sampler, sigmas),
                       single_evaluation=_sampler_name(sampler) in SINGLE_EVALUATION_SAMPLERS)
-    plan = plan_run(holder.settings, clock.steps, target.cacheable_blocks, holder.node_name)
+    plan = holder.method.plan(holder.settings, clock.steps, target, holder.node_name)
     guidance = read_guidance(guider)
     meta = RunMeta(node_name=holder.node_name, node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg,
                    guidance=guidance.as_dict(), warnings=tuple(_superseding_warnings(holder)))
@@ -123,19 +124,20 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
 
 def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host, plan, clock, conds_per_step: int):
     """The run for this sampling (one device or several), or None and why it runs uncached."""
-    devices, refusal = [], None
+    method, devices, refusal = holder.method, [], None
     on_devices = multi_gpu.sampling_devices(guider.model_patcher)
     if on_devices:
-        devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target)
+        devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target, method.shares_decisions)
     other = other_step_cache(guider.model_options.get("transformer_options"), _wrapper_keys(guider.model_patcher))
     refusal = refusal or (step_cache_refusal(other) if other is not None else None)
     if refusal:
         return None, refusal
     common = dict(node_name=holder.node_name, tell_block_index=block_index_teller(target),
                   text_reuse_off=conditioning_identity.run_refusal(guider))
-    if devices:  # ComfyUI's multi-GPU sampling: a cache per device copy, one decision per step
-        return MultiDeviceRun(devices, plan, clock, **common), None
-    return CacheRun(target, plan, clock, conds_per_step=conds_per_step, host=host, **common), None
+    if devices:  # ComfyUI's multi-GPU sampling: a run per device copy
+        return MultiDeviceRun(devices, plan, clock, run_type=method.run_type, shares_decisions=method.shares_decisions,
+                              **common), None
+    return method.run_type(target, plan, clock, conds_per_step=conds_per_step, host=host, **common), None
 
 
 def _publish(holder: CacheDiTHolder, meta: RunMeta, clock: StepClock, run, refusal: str | None):

@@ -94,6 +94,10 @@ def test_the_peers_skip_whole_model_calls_at_a_high_threshold(quick):
     # The node's defaults and its calibrator cache on the trained proxy; the ideal counts its blocks.
     for name in ("turbo Cache-DiT threshold 0.24", "turbo Cache-DiT + taylorseer 0.24"):
         assert rows[name]["skipped"][0] > 0 and rows[name]["ideal"] > 1.0, rows[name]
+    # The forecasting node forecasts steps 2, 4 and 6 and runs no block on them.
+    forecast = rows[f"turbo {peers_cases.FORECAST_PRESETS} turbo_5_of_8"]
+    assert forecast["skipped"] == [3] and forecast["cached_calls"] == 3 and forecast["always_blocks"] == 0, forecast
+    assert forecast["step_ideal"] == pytest.approx(8 / 5) and forecast["ideal"] == pytest.approx(8 / 5), forecast
 
 
 @proxy_tier
@@ -156,6 +160,12 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     assert any(line.startswith(f"check: {cached['case']}: {share:.0%} of its ideal over caching off")
                for line in checks), checks
     assert any("(projected): a faster node setting" in line for line in checks), checks
+    # The forecasting targets, on both bases; a forecast call still runs the text path's reuse and the rest.
+    forecast = by_case[f"turbo {peers_cases.FORECAST_PRESETS} turbo_5_of_8"]
+    off_projected = by_case["turbo Cache-DiT caching off 0"]["projected"]
+    assert off_projected < forecast["projected"] < off_projected * 8 / 5, (forecast, off_projected)
+    for basis in ("projected", "measured"):
+        assert any(line.startswith(f"check: turbo ({basis}): turbo_5_of_8 MAE") for line in checks), checks
 
 
 @proxy_tier

@@ -1,4 +1,5 @@
-// Shows the cache stats of the last sampling run on each Cache-DiT node (Krea2CacheDiT, CacheDiTDBCache).
+// Shows the stats of the last sampling run on each of the pack's cache nodes (Krea2CacheDiT,
+// CacheDiTDBCache, and CacheDiTSpectrum, whose forecast steps show as its "cached" ones).
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
 // node.addDOMWidget, api events and fetchApi), and every style is
@@ -11,7 +12,7 @@ import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
 // The pack's cache nodes: the Krea-2 one and the one for every supported family.
-const NODE_CLASSES = new Set(["Krea2CacheDiT", "CacheDiTDBCache"]);
+const NODE_CLASSES = new Set(["Krea2CacheDiT", "CacheDiTDBCache", "CacheDiTSpectrum"]);
 const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 // "uncached": a run left to the model on purpose (skipped), where Cache-DiT does not know what ran.
@@ -62,7 +63,22 @@ const REASONS = {
   max_cached: "max cached steps reached",
   fresh_context: "fresh cache (call layout changed)",
   no_reference: "no computed step to compare with",
+  // Whole-call forecasting:
+  schedule: "the schedule computes this step",
+  final_steps: "a final step, always computed",
+  history: "too few computed steps in this stream's history yet",
+  forecast: "forecast from the computed steps",
 };
+
+// Whole-call forecasting runs: their "cached" steps are forecast steps, and no residual is measured.
+const isForecast = (record) => record.method?.name === "whole_call_forecast";
+
+// "spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8".
+function forecastText(method) {
+  const parts = method.forecast === "spectrum"
+    ? [`m ${method.chebyshev_degree}`, `lambda ${method.ridge_lambda}`, `w ${method.blend_w}`] : [];
+  return `${method.forecast}${parts.length ? ` (${parts.join(", ")})` : ""} · preset ${method.preset}`;
+}
 
 function svg(tag, attrs) {
   const e = document.createElementNS(SVG_NS, tag);
@@ -232,7 +248,8 @@ function render(panel, record) {
   const out = rows(panel);
   const steps = record.steps;
   const partial = record.partial_steps?.length ? ` (+${record.partial_steps.length} partial)` : "";
-  out.add(el("div", {}, `Cached steps: ${record.cached_steps.length}/${steps}${partial}`), LINE);
+  const served = isForecast(record) ? "Forecast steps" : "Cached steps";
+  out.add(el("div", {}, `${served}: ${record.cached_steps.length}/${steps}${partial}`), LINE);
   if (record.status && record.status !== "ok") {
     // interrupted, error, or skipped (left uncached on purpose; the warning below says why)
     const status = el("div", { color: "#e0a040" }, `Run ${record.status}`);
@@ -249,6 +266,12 @@ function render(panel, record) {
     out.add(line, LINE);
   }
   out.add(el("div", {}, `CFG: ${record.cfg_mode ?? "n/a (no model call)"} · separate CFG: ${record.has_separate_cfg ? "on" : "off"}`), LINE);
+  if (isForecast(record)) {
+    const line = el("div", {}, `Forecast: ${forecastText(record.method)}`);
+    line.dataset.role = "forecast";
+    line.title = `computed steps: ${record.method.computed_steps.join(", ")}`;
+    out.add(line, LINE);
+  }
   if (record.calibrator) {
     const line = el("div", {}, `Calibrator: ${calibratorText(record)}`);
     line.dataset.role = "calibrator";
@@ -280,9 +303,10 @@ function render(panel, record) {
 
   const legend = el("div", { fontSize: "10px", opacity: "0.8" });
   for (const state of ["cached", "partial", "computed"]) {
-    legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${state} `));
+    const label = state === "cached" && isForecast(record) ? "forecast" : state;
+    legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${label} `));
   }
-  const chart = Array.isArray(record.residual_diffs) && record.residual_diffs.length > 0;
+  const chart = Array.isArray(record.residual_diffs) && record.residual_diffs.length > 0 && !isForecast(record);
   if (chart) legend.append(el("span", { color: CHART.threshold }, "━"), el("span", {}, " threshold"));
   out.add(legend, LINE);
 

@@ -1,0 +1,96 @@
+"""The whole-call forecasting node's settings, its named presets, and the plan of one run.
+
+A preset is a full set of settings under a name; ``custom`` takes them from the node's inputs.
+What a preset stands for is fixed here and written into every run's record, so the node (and its
+stats) always say what ran. Where the figures behind a preset come from is said beside it: they
+are measured on the trained proxy (dynamics on procedural images, not Krea-2 quality) or are the
+official code's defaults, never real-weight results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .feature_forecast import ForecastSettings
+from .forecast_schedule import ForecastSchedule
+
+CUSTOM = "custom"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    forecast: ForecastSettings
+    schedule: ForecastSchedule
+    summary: str      # what it does, for the node's tooltip and the docs
+
+
+PRESETS: dict[str, Preset] = {
+    # Few-step distilled models (Krea-2 Turbo, 8 steps): a linear forecast, two steps of warmup and the
+    # last step computed. 8 steps: 5 and 4 computed.
+    "turbo_5_of_8": Preset(ForecastSettings("linear"), ForecastSchedule(2, 2.0, 0.0, 1),
+                           "Linear forecast every second step after 2 warmup steps, last step computed (8 steps: 5 "
+                           "computed)"),
+    "turbo_4_of_8": Preset(ForecastSettings("linear"), ForecastSchedule(2, 3.0, 0.0, 1),
+                           "Linear forecast two steps in three after 2 warmup steps, last step computed (8 steps: 4 "
+                           "computed)"),
+    # Long schedules (Krea-2 Raw, about 50 steps, CFG 3.5): a forecast every step but one in N, past a
+    # short warmup, the last step computed. 52 steps: 13 and 11 computed. Picked by a sweep on the
+    # trained proxy (docs/benchmarks.md): its dynamics, not Krea-2 quality.
+    "raw_1_in_4": Preset(ForecastSettings("quadratic"), ForecastSchedule(3, 5.0, 0.0, 1),
+                         "Quadratic forecast, one step in five computed after 3 warmup steps, last step computed "
+                         "(52 steps: 13 computed)"),
+    "raw_1_in_5": Preset(ForecastSettings("linear"), ForecastSchedule(2, 6.0, 0.0, 1),
+                         "Linear forecast, one step in six computed after 2 warmup steps, last step computed "
+                         "(52 steps: 11 computed)"),
+    # The official code's defaults (configs/algo/spectrum.yaml, configs/base.yaml, its README's
+    # alpha 0.75 setting): 14 computed steps of 50.
+    "spectrum_paper": Preset(ForecastSettings("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 0.75, 0),
+                             "Spectrum as published: m 4, lambda 0.1, w 1, warmup 5, N 2, alpha 0.75 (50 steps: 14 "
+                             "computed)"),
+    # Its README's aggressive setting (alpha 3.0): 10 computed steps of 50.
+    "spectrum_paper_fast": Preset(ForecastSettings("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 3.0, 0),
+                                  "Spectrum as published, alpha 3 (50 steps: 10 computed)"),
+}
+PRESET_NAMES = (*PRESETS, CUSTOM)
+
+
+@dataclasses.dataclass(frozen=True)
+class WholeCallSettings:
+    """What the node asked for: a preset's settings, or the node's own under ``custom``."""
+
+    preset: str
+    forecast: ForecastSettings
+    schedule: ForecastSchedule
+
+    @classmethod
+    def from_preset(cls, name: str) -> "WholeCallSettings":
+        if name not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {name!r}")
+        return cls(name, PRESETS[name].forecast, PRESETS[name].schedule)
+
+
+@dataclasses.dataclass(frozen=True)
+class ForecastPlan:
+    """One run of ``steps`` steps: which steps the schedule computes (1) and forecasts (0)."""
+
+    steps: int
+    settings: WholeCallSettings
+    mask: tuple[int, ...]
+    warnings: tuple[str, ...] = ()
+    mask_name: str = "forecast schedule"
+
+    def computes(self, step: int) -> bool:
+        return step >= self.steps or bool(self.mask[step])
+
+    def method_summary(self) -> dict:
+        """The method as the record shows it: its name and what it ran with."""
+        forecast, schedule = self.settings.forecast, self.settings.schedule
+        return {"name": "whole_call_forecast", "served": "forecast", "preset": self.settings.preset,
+                **dataclasses.asdict(forecast), **dataclasses.asdict(schedule),
+                "computed_steps": [step for step, computed in enumerate(self.mask) if computed]}
+
+
+def plan_forecast_run(settings: WholeCallSettings, steps: int) -> ForecastPlan:
+    if steps < 1:
+        raise ValueError("a sampling run needs at least one step")
+    return ForecastPlan(steps, settings, tuple(int(c) for c in settings.schedule.computed(steps)))

@@ -1,0 +1,37 @@
+"""What one CFG stream of one cache context did, step by step: the record's ``streams`` entries.
+
+Each method keeps its own per-stream state while a run goes (DBCache: a residual trace and the
+rules of its context; whole-call forecasting: a feature history and its schedule); each hands out
+an account whose ``report`` the record reads, so the record is built the same way for every method.
+``advisor_input`` is what the threshold advisor replays: a DBCache stream's (trace, rules), None
+for a method the threshold does not decide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamReport:
+    branches: tuple[int, ...]          # the guider's conds in this stream's calls
+    context: int                       # the cache context (a new one starts when the call layout changes)
+    start_step: int
+    steps: list[int]                   # the steps this stream was served in, in order
+    cached_steps: list[int]            # of those, the ones served from the cache or forecast
+    step_reasons: list[str]            # why each of ``steps`` went as it did
+    residual_diffs: list[float | None]  # DBCache's measured change per step of ``steps`` (None: not measured)
+    blocks: str | None = None          # the block list, when the model has several (each its own context)
+
+    def as_dict(self) -> dict:
+        return {"branches": list(self.branches), "context": self.context,
+                **({"blocks": self.blocks} if self.blocks is not None else {}),
+                "start_step": self.start_step, "residual_diffs": list(self.residual_diffs), "steps": list(self.steps),
+                "cached_steps": list(self.cached_steps), "step_reasons": list(self.step_reasons)}
+
+
+class StreamAccount(Protocol):
+    advisor_input: tuple | None
+
+    def report(self) -> StreamReport: ...

@@ -1,0 +1,113 @@
+"""The whole-call forecasting node (Spectrum and lower-order forecasts): settings in, a MODEL clone out.
+
+One node per method, as ComfyUI's own caches are: this one sits beside the DBCache nodes and takes
+every supported family. ``preset`` is a dynamic combo: a named preset shows no further inputs (its
+settings are fixed, ``adapters/forecast_settings.PRESETS``); ``custom`` shows them all.
+"""
+
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from ..adapters.feature_forecast import FORECASTS, ForecastSettings
+from ..adapters.forecast_schedule import ForecastSchedule
+from ..adapters.forecast_settings import CUSTOM, PRESETS, WholeCallSettings
+from ..adapters.methods import WHOLE_CALL_FORECAST
+from ..adapters.registry import WHOLE_CALL_FORECAST_SCOPE, resolve
+from .cache_node import CATEGORY
+from .input_checks import schema_problem
+from .plain_errors import plain_errors
+from .wrappers import CacheDiTHolder, install
+
+NODE_NAME = WHOLE_CALL_FORECAST_SCOPE.node_name
+FORECAST_DEFAULTS, SCHEDULE_DEFAULTS = ForecastSettings(), ForecastSchedule()
+
+
+def _custom_inputs() -> list[io.Input]:
+    f, s = FORECAST_DEFAULTS, SCHEDULE_DEFAULTS
+    return [
+        io.Combo.Input("forecast", options=list(FORECASTS), default=f.forecast, tooltip=(
+            "spectrum: Chebyshev ridge fit over all computed steps, blended with a linear extrapolation "
+            "(blend_w); linear / quadratic: extrapolation from the last computed steps alone.")),
+        io.Int.Input("chebyshev_degree", default=f.chebyshev_degree, min=1, max=8,
+                     tooltip="spectrum: the Chebyshev bases T_0..T_m (the paper's m, 4)."),
+        io.Float.Input("ridge_lambda", default=f.ridge_lambda, min=1e-6, max=100.0, step=0.01,
+                       tooltip="spectrum: the ridge regularisation (the paper's lambda, 0.1)."),
+        io.Float.Input("blend_w", default=f.blend_w, min=0.0, max=1.0, step=0.05, tooltip=(
+            "spectrum: the Chebyshev fit's share against the linear extrapolation (1: the paper's predictor; "
+            "the official code suggests 0.5 to 1).")),
+        io.Int.Input("warmup_steps", default=s.warmup_steps, min=0, max=1000,
+                     tooltip="Steps at the start that are always computed."),
+        io.Float.Input("window_size", default=s.window_size, min=1.0, max=100.0, step=0.25, tooltip=(
+            "The paper's N: after the warmup, one step in floor(window) is computed.")),
+        io.Float.Input("window_growth", default=s.window_growth, min=0.0, max=100.0, step=0.25, tooltip=(
+            "The paper's alpha: the window grows by this after each computed step (0: a fixed window).")),
+        io.Int.Input("final_computed_steps", default=s.final_computed_steps, min=0, max=1000, tooltip=(
+            "Steps at the end that are always computed (the last, low-noise steps are where a forecast "
+            "costs most; the official code computes none).")),
+    ]
+
+
+def _preset_tooltip() -> str:
+    lines = [f"{name}: {preset.summary}." for name, preset in PRESETS.items()]
+    return "\n".join(["Which forecast and schedule run:", *lines, f"{CUSTOM}: the settings below."])
+
+
+def settings_from(preset: dict) -> WholeCallSettings:
+    """The node's ``preset`` input (the chosen key and, for ``custom``, its inputs) as settings."""
+    name = preset["preset"]
+    if name != CUSTOM:
+        return WholeCallSettings.from_preset(name)
+    forecast = ForecastSettings(preset["forecast"], preset["chebyshev_degree"], preset["ridge_lambda"],
+                                preset["blend_w"])
+    schedule = ForecastSchedule(preset["warmup_steps"], preset["window_size"], preset["window_growth"],
+                                preset["final_computed_steps"])
+    return WholeCallSettings(CUSTOM, forecast, schedule)
+
+
+class CacheDiTSpectrum(io.ComfyNode):
+    SCOPE = WHOLE_CALL_FORECAST_SCOPE
+
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        families = ", ".join(dict.fromkeys(f.model for f in cls.SCOPE.families))
+        options = [io.DynamicCombo.Option(name, []) for name in PRESETS]
+        options.append(io.DynamicCombo.Option(CUSTOM, _custom_inputs()))
+        return io.Schema(
+            node_id="CacheDiTSpectrum",
+            display_name=NODE_NAME,
+            category=CATEGORY,
+            description=(
+                f"Speeds up sampling of {families} by forecasting whole model calls (Spectrum, CVPR 2026, and "
+                "simpler forecasts): on forecast steps the blocks are skipped and the final layer runs on a "
+                "forecast of its input from the computed steps, one forecast per CFG stream. Put it between the "
+                "model loader and the sampler. No preset is measured on real weights; after each run the node "
+                "shows which steps were forecast and why."),
+            inputs=[io.Model.Input("model", tooltip=f"A {families} model."),
+                    io.DynamicCombo.Input("preset", options=options, tooltip=_preset_tooltip())],
+            outputs=[io.Model.Output(tooltip="The model with whole-call forecasting; the input model is unchanged.")],
+            hidden=[io.Hidden.unique_id],
+            not_idempotent=True,   # the MODEL carries this node's id (see the DBCache nodes)
+        )
+
+    @classmethod
+    def validate_inputs(cls, **kwargs) -> bool | str:
+        # ComfyUI converts the custom settings' types itself (naming the input); with a validator it leaves
+        # their bounds and choices to it, and lets a NaN through every bound: checked here, by name.
+        preset = kwargs.get("preset")
+        if not isinstance(preset, dict):
+            return True   # linked, or not given: ComfyUI's own checks answer
+        if preset.get("preset") != CUSTOM:
+            return True
+        return schema_problem(_custom_inputs(), preset) or True
+
+    @classmethod
+    def execute(cls, model, preset) -> io.NodeOutput:
+        with plain_errors():
+            settings = settings_from(preset)
+            target = resolve(model.model.diffusion_model, cls.SCOPE)
+            WHOLE_CALL_FORECAST.check(settings, target, NODE_NAME)
+            patched = model.clone()
+            install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""),
+                                            node_name=NODE_NAME, method=WHOLE_CALL_FORECAST))
+            return io.NodeOutput(patched)

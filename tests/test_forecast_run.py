@@ -1,0 +1,221 @@
+"""Whole-call forecasting against a small seeded diffusers Krea-2, in every call pattern (no ComfyUI).
+
+A stream's forecast must come from that stream's own computed steps: with cond and uncond split,
+each gets exactly what it gets alone; a layout change starts fresh histories. A run that forecasts
+nothing is bit-identical to the plain model, and forecast calls run no block.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+from cache_runs import COND, NODE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs, forward, plain_outputs, record_of
+from krea2_cachedit.adapters import registry
+from krea2_cachedit.adapters.feature_forecast import ForecastSettings
+from krea2_cachedit.adapters.forecast_run import ForecastRun
+from krea2_cachedit.adapters.forecast_schedule import ForecastSchedule
+from krea2_cachedit.adapters.forecast_settings import WholeCallSettings, plan_forecast_run
+from krea2_cachedit.adapters.step_clock import StepClock
+
+TURBO = WholeCallSettings.from_preset("turbo_5_of_8")          # 8 steps: 0 1 3 5 7 computed, 2 4 6 forecast
+TURBO_FORECAST = [2, 4, 6]
+NOTHING = WholeCallSettings("custom", ForecastSettings("linear"), ForecastSchedule(0, 1.0, 0.0, 0))   # every step
+SPECTRUM = WholeCallSettings("custom", ForecastSettings("spectrum", 4, 0.1, 0.5), ForecastSchedule(3, 2.0, 0.0, 1))
+
+
+def open_forecast(transformer, settings: WholeCallSettings, conds_per_step: int) -> ForecastRun:
+    clock = StepClock(SIGMAS)
+    return ForecastRun(registry.resolve(transformer), plan_forecast_run(settings, clock.steps), clock, conds_per_step,
+                       node_name=NODE)
+
+
+def sample_single(transformer, settings, stream: Stream) -> ForecastRun:
+    with open_forecast(transformer, settings, conds_per_step=1) as run:
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return run
+
+
+def sample_split(transformer, settings, order) -> tuple[ForecastRun, dict[int, Stream]]:
+    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
+    with open_forecast(transformer, settings, conds_per_step=2) as run:
+        for i in range(STEPS):
+            for branch in order:
+                s = streams[branch]
+                with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
+                    out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    return run, streams
+
+
+def test_a_run_that_forecasts_nothing_is_the_plain_model(transformer):
+    plain = plain_outputs(transformer, Stream(COND, 1))
+    forecast = Stream(COND, 1)
+    record = record_of(sample_single(transformer, NOTHING, forecast))
+    assert record.cached_steps == [] and record.block_evals == STEPS * len(transformer.transformer_blocks)
+    assert_same_outputs(forecast.outputs, plain, "nothing forecast")
+
+
+def test_the_schedule_forecasts_its_steps_and_they_run_no_block(transformer):
+    stream = Stream(COND, 1)
+    run = sample_single(transformer, TURBO, stream)
+    record = record_of(run)
+    blocks = len(transformer.transformer_blocks)
+    assert record.cached_steps == TURBO_FORECAST and record.mask == [1, 1, 0, 1, 0, 1, 0, 1]
+    assert [c[3] for c in record.call_log] == [0 if step in TURBO_FORECAST else blocks for step in range(STEPS)]
+    assert record.step_reasons == ["warmup", "warmup", "forecast", "schedule", "forecast", "schedule", "forecast",
+                                   "final_steps"]
+    assert record.method["name"] == "whole_call_forecast" and record.method["preset"] == "turbo_5_of_8"
+    assert record.method["computed_steps"] == [0, 1, 3, 5, 7]
+    assert record.residual_diffs == [None] * STEPS and record.threshold_suggestions == []
+    plain = plain_outputs(transformer, Stream(COND, 1))
+    assert_same_outputs(stream.outputs[:2], plain[:2], "the warmup is computed as without the node")
+    assert not torch.equal(stream.outputs[2], plain[2]), "step 2 is a forecast"
+    assert all(torch.isfinite(out).all() for out in stream.outputs)
+
+
+def test_a_forecast_is_the_final_layer_on_the_extrapolated_feature(transformer):
+    """Step 2's output is the final layer, with step 2's modulation, on 2 * feature(1) - feature(0)."""
+    features = []
+    # A forward hook sees the arguments the layer ran with (after the run's own pre-hook put the forecast in).
+    hook = transformer.final_layer.register_forward_hook(lambda module, args, out: features.append(args[0].clone()))
+    try:
+        stream = Stream(COND, 1)
+        sample_single(transformer, TURBO, stream)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(features[2], 2 * features[1] - features[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("order", [(COND, UNCOND), (UNCOND, COND)], ids=["cond_first", "uncond_first"])
+@pytest.mark.parametrize("settings", [TURBO, SPECTRUM], ids=["linear", "spectrum"])
+def test_split_calls_forecast_each_stream_from_its_own_history(transformer, order, settings):
+    run, streams = sample_split(transformer, settings, order)
+    record = record_of(run)
+    assert (record.cfg_mode, record.has_separate_cfg, record.cache_contexts) == ("split", True, 1)
+    assert len(record.streams) == 2
+    for branch, seed, tokens in ((COND, 1, 5), (UNCOND, 2, 7)):
+        alone = Stream(branch, seed, tokens=tokens)
+        sample_single(transformer, settings, alone)
+        assert_same_outputs(streams[branch].outputs, alone.outputs, f"branch {branch} split vs alone")
+
+
+def run_batched(transformer, run, uncond: Stream, cond: Stream, steps):
+    for i in steps:
+        x, context = torch.cat([uncond.x, cond.x]), torch.cat([uncond.context, cond.context])
+        with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
+            out = forward(transformer, x, context, SIGMAS[i])
+        uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+
+
+def test_batched_cond_and_uncond_share_one_history_for_the_batch(transformer):
+    with open_forecast(transformer, TURBO, conds_per_step=2) as run:
+        run_batched(transformer, run, Stream(UNCOND, 2), Stream(COND, 1), range(STEPS))
+    record = record_of(run)
+    assert (record.cfg_mode, record.has_separate_cfg) == ("batched", False)
+    assert len(record.streams) == 1 and record.streams[0]["branches"] == [UNCOND, COND]
+    assert record.cached_steps == TURBO_FORECAST
+
+
+def test_a_layout_change_starts_fresh_histories(transformer):
+    """Batched for four steps, then split (as under memory pressure): the split streams' histories start
+    empty, so their steps compute until each holds two points, whatever the schedule says."""
+    uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
+    with open_forecast(transformer, TURBO, conds_per_step=2) as run:
+        run_batched(transformer, run, uncond, cond, range(4))
+        for i in range(4, STEPS):
+            for s in (uncond, cond):
+                with run.model_call(SIGMAS[i], [s.branch], [s.x.shape, s.context.shape]):
+                    out = forward(transformer, s.x, s.context, SIGMAS[i])
+                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    record = record_of(run)
+    assert record.cache_contexts == 2
+    later = [stream for stream in record.streams if stream["context"] == 1]
+    assert [stream["branches"] for stream in later] == [[UNCOND], [COND]]
+    for stream in later:   # steps 4 and 5 fill the fresh history; step 6 is forecast from it
+        assert stream["steps"] == [4, 5, 6, 7]
+        assert stream["step_reasons"] == ["history", "schedule", "forecast", "final_steps"]
+    assert record.cached_steps == [2, 6]
+
+
+def test_a_further_call_in_a_step_is_computed_and_kept_out_of_the_history(transformer):
+    """A multi-call sampler's further evaluation of a step (dpm-2s-like: at an intermediate sigma)."""
+    stream = Stream(COND, 1)
+    with open_forecast(transformer, TURBO, conds_per_step=1) as run:
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [COND], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            middle = (SIGMAS[i] + SIGMAS[i + 1]) / 2
+            with run.model_call(middle, [COND], [stream.x.shape]) as served:
+                assert not served
+                forward(transformer, stream.x, stream.context, middle)
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+    record = record_of(run)
+    blocks = len(transformer.transformer_blocks)
+    extra = [c for c in record.call_log if not c[2]]
+    assert len(extra) == STEPS and all(c[3] == blocks for c in extra), "further calls are computed in full"
+    assert record.cached_steps == TURBO_FORECAST
+    alone = Stream(COND, 1)
+    sample_single(transformer, TURBO, alone)
+    assert_same_outputs(stream.outputs, alone.outputs, "the further calls changed no history")
+
+
+def test_a_model_that_ran_is_freed_and_left_as_it_was():
+    torch.manual_seed(0)
+    from cache_runs import seeded_transformer
+
+    transformer = seeded_transformer()
+    before = {name: set(module.__dict__) for name, module in transformer.named_modules()}
+    refs = [weakref.ref(m) for m in (transformer, transformer.final_layer, transformer.transformer_blocks[0],
+                                     transformer.text_fusion)]
+    run = sample_single(transformer, TURBO, Stream(COND, 1))
+    assert {name: set(module.__dict__) for name, module in transformer.named_modules()} == before
+    assert all(stream.history is None for stream in run.streams.values()), "the features are dropped at the end"
+    del transformer, run
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+
+
+def test_on_two_devices_each_forecasts_its_own_conds_alike():
+    """cond on one copy, uncond on the other, each step on two threads at once (ComfyUI's multi-GPU
+    split): every device runs the schedule alone, from its own history, with no decision to share."""
+    import threading
+
+    from cache_runs import seeded_transformer
+    from krea2_cachedit.adapters.methods import WHOLE_CALL_FORECAST
+    from krea2_cachedit.adapters.multi_device import DeviceModel, MultiDeviceRun
+
+    copies = [seeded_transformer(), seeded_transformer()]
+    devices = [DeviceModel(label, registry.resolve(copy), copy, conds_per_step=1)
+               for label, copy in zip(("cuda:0", "cuda:1"), copies)]
+    clock = StepClock(SIGMAS)
+    run = MultiDeviceRun(devices, plan_forecast_run(TURBO, clock.steps), clock, node_name=NODE,
+                         run_type=WHOLE_CALL_FORECAST.run_type, shares_decisions=False)
+    streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7)]
+    with run:
+        device_runs = run.routes()
+        for i in range(STEPS):
+            def call(copy, stream):
+                with device_runs[id(copy)].model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
+                    out = forward(copy, stream.x, stream.context, SIGMAS[i])
+                stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+
+            threads = [threading.Thread(target=call, args=pair) for pair in zip(copies, streams)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+    record = record_of(run)
+    assert record.device_count == 2 and record.cached_steps == TURBO_FORECAST
+    assert [d["cached_steps"] for d in record.devices] == [TURBO_FORECAST, TURBO_FORECAST]
+    for stream, (seed, tokens) in zip(streams, ((1, 5), (2, 7))):
+        alone = Stream(stream.branch, seed, tokens=tokens)
+        sample_single(copies[0], TURBO, alone)
+        assert_same_outputs(stream.outputs, alone.outputs, f"branch {stream.branch} on its device vs alone")
