@@ -9,6 +9,7 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..adapters import krea2_checkpoint, krea2_gguf, krea2_listing
+from .input_checks import JsonValue, describe
 from .plain_errors import plain_errors
 
 FILE_FOLDER = "diffusion_models"
@@ -75,6 +76,11 @@ class Krea2DiffusersLoader(io.ComfyNode):
     def validate_inputs(cls, model_name: str) -> bool | str:
         # Any file or folder is accepted, not only the listed ones, so that a workflow naming a
         # damaged or foreign file gets the loader's diagnosis instead of "value not in list".
+        if model_name is None:
+            return True   # linked: its value comes at run time
+        if not isinstance(model_name, str) or isinstance(model_name, JsonValue):
+            return (f"model_name must be the name of a Krea-2 file in models/{FILE_FOLDER} or a folder in "
+                    f"models/{DIFFUSERS_FOLDER} (got {describe(model_name)}).")
         if resolve_model_path(model_name) is None:
             return (f"'{model_name}' is neither a file in models/{FILE_FOLDER} nor a folder in "
                     f"models/{DIFFUSERS_FOLDER}.")
