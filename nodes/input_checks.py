@@ -166,18 +166,16 @@ def _dynamic_combo_problem(spec, chosen) -> str | None:
 
 def _number_problem(spec, value) -> str | None:
     low, high = spec.min, spec.max
-    default = f" (default {spec.default:g})" if spec.default is not None else ""
-    expected = f"a number{_range_text(low, high)}{default}"
-    if isinstance(value, (bool, JsonValue)) or not isinstance(value, (int, float)):
-        return _refusal(spec.id, expected, value)
-    finite = isinstance(value, int) or math.isfinite(value)
-    if finite and (low is None or value >= low) and (high is None or value <= high):
-        return None
-    return _refusal(spec.id, expected, value)
+    if not isinstance(value, (bool, JsonValue)) and isinstance(value, (int, float)):
+        finite = isinstance(value, int) or math.isfinite(value)
+        if finite and (low is None or value >= low) and (high is None or value <= high):
+            return None
+    default = f"; its default is {spec.default:g}" if spec.default is not None else ""
+    return _refusal(spec.id, f"a number{_range_text(low, high)}", value, default)
 
 
-def _refusal(name: str, expected: str, value) -> str:
-    return f"{name} must be {expected} (got {describe(value)})."
+def _refusal(name: str, expected: str, value, hint: str = "") -> str:
+    return f"{name} must be {expected} (got {describe(value)}){hint}."
 
 
 def _one_of(options) -> str:
