@@ -10,12 +10,15 @@ from .cache_node import CacheDiTDBCache, Krea2CacheDiT
 from .compare_node import Krea2CompareImages
 from .forecast_node import CacheDiTSpectrum
 from .loader_node import Krea2DiffusersLoader
-from . import routes
+from . import input_checks, routes
+
+NODES = [Krea2CacheDiT, CacheDiTDBCache, CacheDiTSpectrum, Krea2DiffusersLoader, Krea2CompareImages]
 
 
 class Krea2CacheDiTExtension(ComfyExtension):
     async def on_load(self) -> None:
         routes.register()
+        input_checks.install(NODES)
 
     async def get_node_list(self) -> list[type[io.ComfyNode]]:
-        return [Krea2CacheDiT, CacheDiTDBCache, CacheDiTSpectrum, Krea2DiffusersLoader, Krea2CompareImages]
+        return NODES

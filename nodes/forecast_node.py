@@ -92,14 +92,9 @@ class CacheDiTSpectrum(io.ComfyNode):
 
     @classmethod
     def validate_inputs(cls, **kwargs) -> bool | str:
-        # ComfyUI converts the custom settings' types itself (naming the input); with a validator it leaves
-        # their bounds and choices to it, and lets a NaN through every bound: checked here, by name.
-        preset = kwargs.get("preset")
-        if not isinstance(preset, dict):
-            return True   # linked, or not given: ComfyUI's own checks answer
-        if preset.get("preset") != CUSTOM:
-            return True
-        return schema_problem(_custom_inputs(), preset) or True
+        # At queue time, by name: a preset that is none of the options (ComfyUI drops it without a word) and
+        # the custom settings' types, bounds and choices (with a validator ComfyUI leaves them to it).
+        return schema_problem(cls.define_schema().inputs, kwargs) or True
 
     @classmethod
     def execute(cls, model, preset) -> io.NodeOutput:

@@ -9,6 +9,7 @@ import folder_paths
 from comfy_api.latest import io
 
 from ..adapters import krea2_checkpoint, krea2_gguf, krea2_listing
+from .input_checks import JsonValue, describe
 from .plain_errors import plain_errors
 
 FILE_FOLDER = "diffusion_models"
@@ -42,8 +43,10 @@ def resolve_model_path(model_name: str) -> str | None:
         return path
     for root in folder_paths.get_folder_paths(DIFFUSERS_FOLDER):
         candidate = os.path.join(root, os.path.normpath(model_name))
-        # Stay inside the diffusers folder even for names that a hand-edited workflow supplies.
-        inside = os.path.commonpath([os.path.abspath(root), os.path.abspath(candidate)]) == os.path.abspath(root)
+        # Stay inside the diffusers folder (never the folder itself: an empty name) even for names that a
+        # hand-edited workflow supplies.
+        root_path, path = os.path.abspath(root), os.path.abspath(candidate)
+        inside = os.path.commonpath([root_path, path]) == root_path and path != root_path
         if inside and os.path.isdir(candidate):
             return candidate
     return None
@@ -75,9 +78,13 @@ class Krea2DiffusersLoader(io.ComfyNode):
     def validate_inputs(cls, model_name: str) -> bool | str:
         # Any file or folder is accepted, not only the listed ones, so that a workflow naming a
         # damaged or foreign file gets the loader's diagnosis instead of "value not in list".
+        if model_name is None:
+            return True   # linked: its value comes at run time
+        expected = f"model_name must be a Krea-2 file in models/{FILE_FOLDER} or a folder in models/{DIFFUSERS_FOLDER}"
+        if not isinstance(model_name, str) or isinstance(model_name, JsonValue):
+            return f"{expected} (got {describe(model_name)})."
         if resolve_model_path(model_name) is None:
-            return (f"'{model_name}' is neither a file in models/{FILE_FOLDER} nor a folder in "
-                    f"models/{DIFFUSERS_FOLDER}.")
+            return f"{expected} ('{model_name}' is neither)."
         return True
 
     @classmethod

@@ -106,21 +106,21 @@ def test_too_many_compute_blocks_fails_clearly(comfy_server):
 # Bad numbers for the node's number inputs (input, value, what the refusal says), sent as the raw
 # JSON the API reads (NaN, Infinity). Every INT and FLOAT input's schema range is checked.
 BAD_NUMBERS = [
-    ("residual_diff_threshold", math.nan, "residual_diff_threshold is nan, not a finite number: set it to a "
-                                          "number from 0 to 2 (default 0.24)."),
-    ("residual_diff_threshold", "nan", "residual_diff_threshold is nan, not a finite number"),  # ComfyUI: float()
-    ("residual_diff_threshold", math.inf, "residual_diff_threshold is inf, not a finite number"),
-    ("residual_diff_threshold", -math.inf, "residual_diff_threshold is -inf, not a finite number"),
-    ("residual_diff_threshold", 2.5, "residual_diff_threshold is 2.5, out of range: set it to a number from 0 to 2"),
-    ("residual_diff_threshold", -0.1, "residual_diff_threshold is -0.1, out of range"),
-    ("Fn_compute_blocks", 0, "Fn_compute_blocks is 0, out of range: set it to a number from 1 to 64 (default 1)."),
-    ("Bn_compute_blocks", 65, "Bn_compute_blocks is 65, out of range"),
-    ("max_warmup_steps", -1, "max_warmup_steps is -1, out of range"),
-    ("warmup_interval", 0, "warmup_interval is 0, out of range"),
-    ("max_cached_steps", -2, "max_cached_steps is -2, out of range: set it to a number from -1 to 1000"),
-    ("max_continuous_cached_steps", 1001, "max_continuous_cached_steps is 1001, out of range"),
-    ("taylorseer_order", 5, "taylorseer_order is 5, out of range: set it to a number from 1 to 4 (default 1)."),
-    ("dmd_history", 3, "dmd_history is 3, out of range: set it to a number from 4 to 16 (default 6)."),
+    ("residual_diff_threshold", math.nan, "residual_diff_threshold must be a number from 0 to 2 (got nan, not a "
+                                          "finite number); its default is 0.24."),
+    ("residual_diff_threshold", "nan", "residual_diff_threshold must be a number from 0 to 2 (got nan, not a finite"),
+    ("residual_diff_threshold", math.inf, "(got inf, not a finite number)"),
+    ("residual_diff_threshold", -math.inf, "(got -inf, not a finite number)"),
+    ("residual_diff_threshold", 2.5, "residual_diff_threshold must be a number from 0 to 2 (got 2.5)"),
+    ("residual_diff_threshold", -0.1, "residual_diff_threshold must be a number from 0 to 2 (got -0.1)"),
+    ("Fn_compute_blocks", 0, "Fn_compute_blocks must be a number from 1 to 64 (got 0); its default is 1."),
+    ("Bn_compute_blocks", 65, "Bn_compute_blocks must be a number from 0 to 64 (got 65)"),
+    ("max_warmup_steps", -1, "max_warmup_steps must be a number from 0 to 1000 (got -1)"),
+    ("warmup_interval", 0, "warmup_interval must be a number from 1 to 100 (got 0)"),
+    ("max_cached_steps", -2, "max_cached_steps must be a number from -1 to 1000 (got -2)"),
+    ("max_continuous_cached_steps", 1001, "max_continuous_cached_steps must be a number from -1 to 1000 (got 1001)"),
+    ("taylorseer_order", 5, "taylorseer_order must be a number from 1 to 4 (got 5); its default is 1."),
+    ("dmd_history", 3, "dmd_history must be a number from 4 to 16 (got 3); its default is 6."),
 ]
 
 
@@ -138,12 +138,13 @@ def test_bad_numbers_are_refused_when_queued(comfy_server, name, value, message)
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])
 def test_a_non_finite_count_is_refused_when_queued(comfy_server, value):
-    """ComfyUI's own int() of an INT input fails first, and its error echoes the value as a bare NaN or
-    Infinity (ComfyUI's answer, not the node's); the node's message is there too."""
-    answer, _ = comfy_server.refusal(krea2_prompt(cache={**FAST, "max_cached_steps": value}, prefix="refused"))
+    """ComfyUI's own int() of an INT input fails first, naming the input; the node's message is there too,
+    and the answer is strict JSON (the value comes back as the text ``nan``/``inf``)."""
+    answer, body = comfy_server.refusal(krea2_prompt(cache={**FAST, "max_cached_steps": value}, prefix="refused"))
+    assert strict_loads(body) == answer
     errors = answer["node_errors"]["5"]["errors"]
     assert errors[0]["type"] == "invalid_input_type" and errors[0]["details"].startswith("max_cached_steps, "), errors
-    message = f"max_cached_steps is {value}, not a finite number: set it to a number from -1 to 1000 (default -1)."
+    message = f"max_cached_steps must be a number from -1 to 1000 (got {value}, not a finite number); its default is -1."
     assert all(message in e["details"] for e in errors[1:]) and len(errors) > 1, errors
 
 
@@ -151,7 +152,7 @@ def test_a_combo_value_not_offered_is_refused_when_queued(comfy_server):
     """The node's own check replaces ComfyUI's for all its inputs, combos included."""
     answer, _ = comfy_server.refusal(krea2_prompt(cache={"steps_mask": "turbo"}, prefix="refused"))
     [error, *_] = answer["node_errors"]["5"]["errors"]
-    assert ("steps_mask is 'turbo', not one of 'none', 'slow', 'medium', 'fast', 'ultra': pick one of those."
+    assert ("steps_mask must be one of 'none', 'slow', 'medium', 'fast', 'ultra' (got the string 'turbo')."
             in error["details"]), error
 
 

@@ -158,7 +158,8 @@ def test_folder_of_another_model_is_refused(comfy_server, models):
 
 
 def test_unknown_name_fails_validation(comfy_server, models):
-    with pytest.raises(RuntimeError, match="neither a file in models/diffusion_models nor a folder"):
+    with pytest.raises(RuntimeError, match=r"model_name must be a Krea-2 file in models/diffusion_models or a folder "
+                       r"in models/diffusers \('no_such_model.safetensors' is neither\)"):
         comfy_server.queue(krea2_prompt(steps=1, loader=loader("no_such_model.safetensors")))
 
 
