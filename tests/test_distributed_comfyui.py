@@ -34,6 +34,7 @@ WORKERS = ("worker-a", "worker-b")     # registered in this order: DistributedSe
 SEED = 10
 # Node ids over krea2_prompt's ("5" Cache-DiT, "6" KSampler, "7" SaveLatent).
 SEED_NODE, IMAGE_NODE, COLLECTOR, SAVE = "20", "21", "22", "23"
+WORKFLOW_ID = "distributed-test-workflow"   # the editor workflow's id, as the editor sends it
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +106,14 @@ def history_entry(server: ComfyServer, job_id: str) -> tuple[str, dict]:
 
 def distributed_run(cluster: dict[str, ComfyServer], cache: dict | None, prefix: str):
     """Queue through POST /distributed/queue; the collected images, and per participant its prompt id,
-    its graph as it ran there and its Cache-DiT record (None without the node)."""
+    its graph as it ran there and its Cache-DiT record (None without the node).
+
+    A worker's prompt is found as the docs say (docs/stats.md, "More than one machine"): the entry of
+    its /history whose collector has the master's ``multi_job_id``."""
     master = cluster["master"]
     answer = master.post("/distributed/queue", {"prompt": distributed_prompt(cache, prefix=prefix),
-                                                "client_id": master.client_id, "enabled_worker_ids": list(WORKERS)})
+                                                "workflow": {"id": WORKFLOW_ID}, "client_id": master.client_id,
+                                                "enabled_worker_ids": list(WORKERS)})
     assert answer["worker_count"] == len(WORKERS), f"{answer}\n{master.log_tail()}"
     entry = master.wait(answer["prompt_id"])
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{master.log_tail()}"
@@ -153,6 +158,8 @@ def test_every_participant_caches_its_own_prompt_and_matches_one_server(cluster,
     for name, participant in participants.items():
         record = participant["record"]
         assert record["prompt_id"] == participant["prompt_id"]
+        # Every participant's record names the client and workflow that queued the run on the master.
+        assert (record["client_id"], record["workflow_id"]) == (master.client_id, WORKFLOW_ID), name
         assert record["status"] == "ok" and record["cached_steps"] == FAST_8_CACHED, (name, record["status"],
                                                                                      record["cached_steps"])
         expected_worker = "" if name == "master" else f"worker_{WORKERS.index(name)}"
