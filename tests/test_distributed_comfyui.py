@@ -142,7 +142,7 @@ def assert_same_images(collected: list[np.ndarray], single: list[np.ndarray], se
     assert len(collected) == len(single), f"collected {len(collected)} images, expected {len(single)}"
     for name, seed, got, want in zip(("master", *WORKERS), seeds, collected, single):
         differing = int((got != want).sum()) if got.shape == want.shape else got.size
-        assert differing == 0, f"{name}'s image (seed {seed}) differs from seed {seed} on one server in {differing} bytes"
+        assert differing == 0, f"{name}'s image differs from seed {seed}'s on one server in {differing} bytes"
 
 
 @pytest.fixture(scope="module")
