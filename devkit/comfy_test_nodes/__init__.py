@@ -31,6 +31,8 @@
   bf16 (where ComfyUI's cast to the compute dtype copies), for step caches that write into it.
 - ``Krea2TestModelFunctionWrapper``: a ``model_function_wrapper`` that calls the model unchanged,
   as nodes that may change each call's conditioning install one.
+- ``Krea2TestModelWatch`` (``model_watch.py``): weak references to a model and its modules, read
+  back with the pack's module-level registries by a route, to check that a model that ran is freed.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -50,6 +52,8 @@ import torch
 from server import PromptServer
 
 from .measurement import register as register_measurement_routes
+from .model_watch import Krea2TestModelWatch
+from .model_watch import register as register_model_watch_route
 
 
 class Krea2TestConditioning:
@@ -434,6 +438,8 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
-                       "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper}
+                       "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper,
+                       "Krea2TestModelWatch": Krea2TestModelWatch}
 
 register_measurement_routes(PromptServer.instance.routes)
+register_model_watch_route(PromptServer.instance.routes)
