@@ -16,6 +16,7 @@ the Spectrum node; each other family cached, and one under the Spectrum node.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import urllib.parse
@@ -25,8 +26,8 @@ from safetensors.torch import save_file
 
 from comfy_harness import WATCH_ROUTE, prompt_error
 from comfy_models import make_lora
-from family_prompts import family_prompt
-from helpers import FAST, OFF
+from family_prompts import FAMILIES, family_prompt
+from helpers import OFF
 from krea2_prompts import TINY_MODEL, with_forecast, with_lora
 from krea2_synthetic import native_state_dict
 
@@ -36,9 +37,12 @@ WATCH = "40"
 LORA = "krea2_release_lora.safetensors"
 GGUF = "krea2_release-Q8_0.gguf"
 PACK_LOADER = "Krea2DiffusersLoader"
-FREE_TIMEOUT = 20.0   # seconds for the server's worker to take the /free flags and drop the model
+FREE_TIMEOUT = 20.0   # seconds for the server's prompt worker to take the flags of POST /free
+GONE_TIMEOUT = 5.0    # then for it to unload, reset its caches and so drop the model
+STEPS = 4
 INTERRUPTED_STEPS = 400
-SAMPLING = {"cfg": 3.5, "neg_tokens": 13, "steps": 8}   # cond and uncond apart: two streams, two texts
+# Every step after the first cached (a threshold no change reaches): few steps, each cached one skips its blocks.
+EVERY_STEP = {"residual_diff_threshold": 2.0, "max_warmup_steps": 1, "max_continuous_cached_steps": -1}
 
 
 def watched(prompt: dict, label: str) -> dict:
@@ -82,33 +86,37 @@ def interrupted(server, prompt: dict) -> tuple[str, dict]:
     return prompt_id, server.wait(prompt_id)
 
 
-# case -> (family, prompt builder from the family's prompt arguments, interrupt it)
+def graph(family: str, cache: dict | None = None, steps: int = STEPS, **kwargs) -> dict:
+    """The family's test graph at CFG 3.5 with cond and uncond apart (two streams, two texts), with
+    its cache node (``cache``: its inputs; every step after the first cached when None)."""
+    return family_prompt(family, cache=EVERY_STEP if cache is None else cache, cfg=3.5, steps=steps,
+                         neg_tokens=FAMILIES[family].split_tokens, **kwargs)
+
+
+def spectrum(family: str) -> dict:
+    return with_forecast(graph(family, cache={}, steps=8))   # its preset forecasts 3 of 8 steps
+
+
+# case -> (family, the prompt, whether it is interrupted, whether steps are cached or forecast)
 KREA2 = "krea2"
+DIFFUSERS, GGUF_LOADER = pack_loader(TINY_MODEL), pack_loader(GGUF)
 CASES = {
-    "krea2 native cached": (KREA2, lambda: family_prompt(KREA2, cache=FAST, **SAMPLING), False),
-    "krea2 native caching off": (KREA2, lambda: family_prompt(KREA2, cache=OFF, **SAMPLING), False),
-    "krea2 native interrupted": (KREA2, lambda: family_prompt(KREA2, cache=FAST, **SAMPLING), True),
-    "krea2 native text reuse off": (KREA2, lambda: without_text_reuse(family_prompt(KREA2, cache=FAST, **SAMPLING)),
-                                    False),
-    "krea2 native TorchCompileModel": (KREA2, lambda: with_compile(family_prompt(KREA2, cache=FAST, **SAMPLING)),
-                                       False),
-    "krea2 native after a LoRA": (KREA2, lambda: with_lora(family_prompt(KREA2, cache=FAST, **SAMPLING), LORA, 1.0,
-                                                           "lora_first"), False),
-    "krea2 native Spectrum": (KREA2, lambda: with_forecast(family_prompt(KREA2, cache={}, **SAMPLING)), False),
-    "krea2 diffusers cached": (KREA2, lambda: family_prompt(KREA2, cache=FAST, loader=pack_loader(TINY_MODEL),
-                                                            **SAMPLING), False),
-    "krea2 diffusers interrupted": (KREA2, lambda: family_prompt(KREA2, cache=FAST, loader=pack_loader(TINY_MODEL),
-                                                                 **SAMPLING), True),
-    "krea2 diffusers after a LoRA": (KREA2, lambda: with_lora(family_prompt(
-        KREA2, cache=FAST, loader=pack_loader(TINY_MODEL), **SAMPLING), LORA, 1.0, "lora_first"), False),
-    "krea2 gguf cached": (KREA2, lambda: family_prompt(KREA2, cache=FAST, loader=pack_loader(GGUF), **SAMPLING),
-                          False),
-    "wan cached": ("wan", lambda: family_prompt("wan", cache=FAST, **SAMPLING), False),
-    "wan Spectrum": ("wan", lambda: with_forecast(family_prompt("wan", cache={}, **SAMPLING)), False),
-    "zimage cached": ("zimage", lambda: family_prompt("zimage", cache=FAST, **SAMPLING), False),
-    "qwen_image cached": ("qwen_image", lambda: family_prompt("qwen_image", cache=FAST, **SAMPLING), False),
-    "flux1 cached": ("flux1", lambda: family_prompt("flux1", cache=FAST, **SAMPLING), False),
-    "flux2 cached": ("flux2", lambda: family_prompt("flux2", cache=FAST, cfg=3.5, neg_tokens=600, steps=8), False),
+    "krea2 native cached": (KREA2, lambda: graph(KREA2), False, True),
+    "krea2 native caching off": (KREA2, lambda: graph(KREA2, OFF), False, False),
+    "krea2 native interrupted": (KREA2, lambda: graph(KREA2), True, True),
+    "krea2 native text reuse off": (KREA2, lambda: without_text_reuse(graph(KREA2)), False, True),
+    "krea2 native TorchCompileModel": (KREA2, lambda: with_compile(graph(KREA2)), False, True),
+    "krea2 native after a LoRA": (KREA2, lambda: with_lora(graph(KREA2), LORA, 1.0, "lora_first"), False, True),
+    "krea2 native Spectrum": (KREA2, lambda: spectrum(KREA2), False, True),
+    "krea2 diffusers cached": (KREA2, lambda: graph(KREA2, loader=DIFFUSERS), False, True),
+    "krea2 diffusers caching off": (KREA2, lambda: graph(KREA2, OFF, loader=DIFFUSERS), False, False),
+    "krea2 diffusers interrupted": (KREA2, lambda: graph(KREA2, loader=DIFFUSERS), True, True),
+    "krea2 diffusers after a LoRA": (KREA2, lambda: with_lora(graph(KREA2, loader=DIFFUSERS), LORA, 1.0,
+                                                              "lora_first"), False, True),
+    "krea2 gguf cached": (KREA2, lambda: graph(KREA2, loader=GGUF_LOADER), False, True),
+    **{f"{family} cached": (family, functools.partial(graph, family), False, True)
+       for family in ("wan", "zimage", "qwen_image", "flux1", "flux2")},
+    "wan Spectrum": ("wan", lambda: spectrum("wan"), False, True),
 }
 
 
@@ -135,16 +143,26 @@ def server(request, comfy_root, case):
     return request.getfixturevalue("family_server")
 
 
-def watch_report(server, label: str, collect: bool) -> dict:
+def watch_report(server, label: str = "", collect: bool = False) -> dict:
     query = urllib.parse.urlencode({"label": label, "collect": "1" if collect else "0"})
     return server.get(f"{WATCH_ROUTE}?{query}")
 
 
-def free_and_report(server, label: str) -> dict:
-    """POST /free (unload models, free memory), then the watch's report once the model is gone or
-    ``FREE_TIMEOUT`` has passed (the server's worker takes the flags between prompts)."""
+def free(server):
+    """POST /free (unload the models, free the memory, as the editor's button does) and wait until the
+    prompt worker has taken it: it unloads and resets its caches before it takes another prompt."""
     server.post("/free", {"unload_models": True, "free_memory": True})
     deadline = time.time() + FREE_TIMEOUT
+    while watch_report(server)["pending_flags"]:
+        assert time.time() < deadline, f"the server did not take POST /free in {FREE_TIMEOUT}s"
+        time.sleep(0.1)
+
+
+def free_and_report(server, label: str) -> dict:
+    """The watch's report after ``free``, once the model is gone or ``GONE_TIMEOUT`` has passed (the
+    worker unloads and resets its caches right after it took the flags)."""
+    free(server)
+    deadline = time.time() + GONE_TIMEOUT
     while True:
         report = watch_report(server, label, collect=True)
         if not report["alive_count"] or time.time() > deadline:
@@ -162,10 +180,9 @@ def registry_problem(report: dict) -> str | None:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_model_that_ran_through_the_node_is_freed(server, case):
-    family, build, interrupt = CASES[case]
+    family, build, interrupt, skips_steps = CASES[case]
     label = case.replace(" ", "_")
-    # Nothing of an earlier prompt loaded: the watched model is this prompt's own.
-    server.post("/free", {"unload_models": True, "free_memory": True})
+    free(server)   # nothing of an earlier prompt loaded or cached: the watched model is this prompt's own
     prompt = watched(build(), label)
     if interrupt:
         prompt_id, entry = interrupted(server, prompt)
@@ -176,6 +193,7 @@ def test_a_model_that_ran_through_the_node_is_freed(server, case):
         assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     [record] = server.stats_for(prompt_id, "5")
     assert record["status"] == ("interrupted" if interrupt else "ok"), record
+    assert bool(record["cached_steps"]) == skips_steps, record["cached_steps"]
     after_run = watch_report(server, label, collect=False)
     assert after_run["alive_count"] == after_run["watched"], "the model went before ComfyUI dropped it"
     assert not after_run["changed_count"], f"the run left attributes or hooks on modules: {after_run['changed']}"
@@ -184,5 +202,5 @@ def test_a_model_that_ran_through_the_node_is_freed(server, case):
 
     freed = free_and_report(server, label)
     assert not freed["alive_count"], (f"{freed['alive_count']} of {freed['watched']} watched objects still alive "
-                                      f"{FREE_TIMEOUT:.0f}s after POST /free and gc.collect(): {freed['alive']}")
+                                      f"{GONE_TIMEOUT:.0f}s after POST /free and gc.collect(): {freed['alive']}")
     assert registry_problem(freed) is None, registry_problem(freed)

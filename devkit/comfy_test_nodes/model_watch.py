@@ -10,8 +10,10 @@ alive, how the attributes of the alive modules differ from what they were before
 left on a module, a forward left bound on an instance, a hook left installed), and which objects a
 module-level registry of the pack or of cache-dit reaches that are a ``torch.nn.Module`` or a
 ``torch.Tensor`` (a walk from every module-level value of those packages through
-``gc.get_referents``). ``collect=1`` runs ``gc.collect()`` first. After ``POST /free`` with
-``{"unload_models": true, "free_memory": true}``, a model nothing else holds is gone.
+``gc.get_referents``). ``collect=1`` runs ``gc.collect()`` first. Without a label it answers only
+the flags ``POST /free`` set that the prompt worker has not taken yet: after ``POST /free`` with
+``{"unload_models": true, "free_memory": true}`` and once none is pending, a model nothing else
+holds is gone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ DEVKIT_DIR = REPO_ROOT / "devkit"
 THIRD_PARTY_PACKAGES = ("cache_dit",)   # libraries the pack drives, whose module-level state is checked too
 MAX_OBJECTS = 300_000   # the registry walk stops (and says so) past this many objects
 MAX_REPORTED = 20
+# What torch.compile puts into the globals of a module whose frames it compiled (its graphs and the
+# functions that resume after a graph break): the compiler's cache, not a registry of the pack;
+# whether it keeps a model alive is what the weak references tell.
+COMPILER_GLOBALS = ("__compiled_fn_", "__resume_at_")
 
 
 class _Watch:
@@ -121,7 +127,7 @@ def registry_holdings() -> dict:
     queue = collections.deque()
     for module_name, module in scanned.items():
         for name, value in list(vars(module).items()):
-            if not (name.startswith("__") and name.endswith("__")):
+            if not (name.startswith("__") and name.endswith("__")) and not name.startswith(COMPILER_GLOBALS):
                 queue.append((value, f"{module_name}.{name}"))
     holdings, visited = [], 0
     while queue and visited < MAX_OBJECTS:
@@ -141,14 +147,25 @@ def registry_holdings() -> dict:
             "complete": not queue, "modules": len(scanned)}
 
 
+def pending_flags() -> list[str]:
+    """The flags (``unload_models``, ``free_memory``) POST /free set that the prompt worker has not
+    taken yet: once it has, it unloads and resets its caches before it takes the next prompt."""
+    from server import PromptServer
+
+    return sorted(PromptServer.instance.prompt_queue.get_flags(reset=False))
+
+
 def report(label: str, collect: bool) -> dict:
     if collect:
         gc.collect()
+    answer = {"pending_flags": pending_flags(), "global_hooks": _global_hooks()}
+    if not label:
+        return answer
     watch = _WATCHES.get(label)
     if watch is None:
         raise web.HTTPNotFound(text=f"no model watched under the label {label!r}: queue a prompt with "
                                     f"Krea2TestModelWatch (label {label!r}) first")
-    return {"label": label, **watch.report(), "global_hooks": _global_hooks(), **registry_holdings()}
+    return {"label": label, **answer, **watch.report(), **registry_holdings()}
 
 
 class Krea2TestModelWatch:
