@@ -28,6 +28,7 @@ from comfy_harness import WATCH_ROUTE, prompt_error
 from comfy_models import make_lora
 from family_prompts import FAMILIES, family_prompt
 from helpers import OFF
+from krea2_gguf_files import write_krea2_gguf
 from krea2_prompts import TINY_MODEL, with_forecast, with_lora
 from krea2_synthetic import native_state_dict
 
@@ -37,6 +38,7 @@ WATCH = "40"
 LORA = "krea2_release_lora.safetensors"
 GGUF = "krea2_release-Q8_0.gguf"
 PACK_LOADER = "Krea2DiffusersLoader"
+PACK_FAMILY = "Krea-2 (diffusers)"   # the registry's name for a model of the pack's loader
 FREE_TIMEOUT = 20.0   # seconds for the server's prompt worker to take the flags of POST /free
 GONE_TIMEOUT = 5.0    # then for it to unload, reset its caches and so drop the model
 STEPS = 4
@@ -86,10 +88,10 @@ def interrupted(server, prompt: dict) -> tuple[str, dict]:
     return prompt_id, server.wait(prompt_id)
 
 
-def graph(family: str, cache: dict | None = None, steps: int = STEPS, **kwargs) -> dict:
-    """The family's test graph at CFG 3.5 with cond and uncond apart (two streams, two texts), with
-    its cache node (``cache``: its inputs; every step after the first cached when None)."""
-    return family_prompt(family, cache=EVERY_STEP if cache is None else cache, cfg=3.5, steps=steps,
+def graph(family: str, cache: dict | None = None, steps: int = STEPS, cfg: float = 3.5, **kwargs) -> dict:
+    """The family's test graph with its cache node (``cache``: its inputs; every step after the first
+    cached when None); at CFG 3.5 cond and uncond apart (two streams, two texts)."""
+    return family_prompt(family, cache=EVERY_STEP if cache is None else cache, cfg=cfg, steps=steps,
                          neg_tokens=FAMILIES[family].split_tokens, **kwargs)
 
 
@@ -109,36 +111,30 @@ CASES = {
     "krea2 native after a LoRA": (KREA2, lambda: with_lora(graph(KREA2), LORA, 1.0, "lora_first"), False, True),
     "krea2 native Spectrum": (KREA2, lambda: spectrum(KREA2), False, True),
     "krea2 diffusers cached": (KREA2, lambda: graph(KREA2, loader=DIFFUSERS), False, True),
-    "krea2 diffusers caching off": (KREA2, lambda: graph(KREA2, OFF, loader=DIFFUSERS), False, False),
     "krea2 diffusers interrupted": (KREA2, lambda: graph(KREA2, loader=DIFFUSERS), True, True),
     "krea2 diffusers after a LoRA": (KREA2, lambda: with_lora(graph(KREA2, loader=DIFFUSERS), LORA, 1.0,
                                                               "lora_first"), False, True),
     "krea2 gguf cached": (KREA2, lambda: graph(KREA2, loader=GGUF_LOADER), False, True),
-    **{f"{family} cached": (family, functools.partial(graph, family), False, True)
-       for family in ("wan", "zimage", "qwen_image", "flux1", "flux2")},
+    # Every other family of the tests, in one stream (CFG 1): Z-Image and Qwen-Image are full width.
+    **{f"{family} cached": (family, functools.partial(graph, family, cfg=1.0), False, True)
+       for family in FAMILIES if family != KREA2},
     "wan Spectrum": ("wan", lambda: spectrum("wan"), False, True),
 }
 
 
 @pytest.fixture(scope="module")
 def krea2_files(comfy_server, tiny_shape):
-    """A LoRA on the session's tiny Krea-2, and the same weights as a GGUF (when the gguf package is here)."""
+    """A LoRA on the session's tiny Krea-2, and the same weights as a GGUF."""
     root = comfy_server.base_dir / "models"
     save_file(make_lora(tiny_shape, native_names=True), str(root / "loras" / LORA))
-    try:
-        from krea2_gguf_files import write_krea2_gguf
-    except ImportError:
-        return False
     write_krea2_gguf(root / "diffusion_models" / GGUF, native_state_dict(tiny_shape, 0), "Q8_0")
-    return True
 
 
 @pytest.fixture
 def server(request, comfy_root, case):
     family = CASES[case][0]
     if family == KREA2:
-        if not request.getfixturevalue("krea2_files") and "gguf" in case:
-            pytest.skip("the gguf package is not installed")
+        request.getfixturevalue("krea2_files")
         return request.getfixturevalue("comfy_server")
     return request.getfixturevalue("family_server")
 
@@ -192,6 +188,7 @@ def test_a_model_that_ran_through_the_node_is_freed(server, case):
         entry = server.wait(prompt_id)
         assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     [record] = server.stats_for(prompt_id, "5")
+    assert record["model"] == (PACK_FAMILY if "diffusers" in case or "gguf" in case else FAMILIES[family].name)
     assert record["status"] == ("interrupted" if interrupt else "ok"), record
     assert bool(record["cached_steps"]) == skips_steps, record["cached_steps"]
     after_run = watch_report(server, label, collect=False)
