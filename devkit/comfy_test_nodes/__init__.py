@@ -34,6 +34,8 @@
 - ``Krea2TestLatentBytes``: LATENT -> IMAGE without a VAE, each byte of the float32 latent as one
   channel value (byte / 255, a one-pixel-high RGB strip, zero-padded): an image path that rounds to
   8 bits (a PNG sent over HTTP) carries the latent exactly, so equal images mean bit-identical latents.
+- ``Krea2TestModelWatch`` (``model_watch.py``): weak references to a model and its modules, read
+  back with the pack's module-level registries by a route, to check that a model that ran is freed.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -53,6 +55,8 @@ import torch
 from server import PromptServer
 
 from .measurement import register as register_measurement_routes
+from .model_watch import Krea2TestModelWatch
+from .model_watch import register as register_model_watch_route
 
 
 class Krea2TestConditioning:
@@ -457,6 +461,8 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
                        "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper,
-                       "Krea2TestLatentBytes": Krea2TestLatentBytes}
+                       "Krea2TestLatentBytes": Krea2TestLatentBytes,
+                       "Krea2TestModelWatch": Krea2TestModelWatch}
 
 register_measurement_routes(PromptServer.instance.routes)
+register_model_watch_route(PromptServer.instance.routes)
