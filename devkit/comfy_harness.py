@@ -28,6 +28,7 @@ TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
 # What only the server process knows, served by devkit/comfy_test_nodes/measurement.py.
 MEMORY_ROUTE = "/krea2_test/cuda_memory"          # CUDA peak memory: GET reads, POST resets
 COMPILE_ROUTE = "/krea2_test/compile_counters"    # torch._dynamo's graphs, graph breaks, recompiles
+TENSOR_ROUTE = "/krea2_test/tensor_memory"        # the tensors alive in the server (after a gc), by device
 STATS_ROUTE = "/krea2_cachedit/stats"
 # Comma-separated test tiers that must all run and pass without a skip (CI sets it; see conftest).
 REQUIRE_TIERS_ENV = "KREA2_REQUIRE_TIERS"
