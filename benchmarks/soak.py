@@ -453,7 +453,9 @@ def markdown(result: dict) -> str:
         if answer["case"] in seen:
             continue
         seen.add(answer["case"])
-        details = "; ".join(f"{e.get('message')}: {e.get('details')}" for e in answer["node_errors"]) or answer["message"]
+        # ComfyUI repeats a failed validator's answer once per input of the node: its first one, and how many.
+        errors = answer["node_errors"]
+        details = (f"{errors[0].get('details')} ({len(errors)} node errors)" if errors else answer["message"])
         lines.append(f"| {answer['case']} (`{answer['input']}` = `{answer['value']}`) | {answer['http']} | "
                      f"{details.replace('|', '/')} |")
     return "\n".join(lines)
