@@ -29,6 +29,7 @@ TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
 MEMORY_ROUTE = "/krea2_test/cuda_memory"          # CUDA peak memory: GET reads, POST resets
 COMPILE_ROUTE = "/krea2_test/compile_counters"    # torch._dynamo's graphs, graph breaks, recompiles
 WATCH_ROUTE = "/krea2_test/model_watch"           # a watched model: alive, left changed, held by a registry
+TENSOR_ROUTE = "/krea2_test/tensor_memory"        # the tensors alive in the server (after a gc), by device
 STATS_ROUTE = "/krea2_cachedit/stats"
 # Third-party ComfyUI packs that tests install into a test server (snapshots at fixed commits, never
 # part of this repository): beside the clone in ../shared/third_party, or where this variable says.
