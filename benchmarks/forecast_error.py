@@ -1,0 +1,367 @@
+"""Where a whole-call forecast goes wrong: its error per step against the uncached features, open and closed loop.
+
+The peer benchmark says how far a forecasting preset's image lands from the uncached one; this
+script says at which steps that error is made. In one process, ComfyUI's own sampler
+(``comfy.sample``) samples the trained Krea-2 proxy on the peer benchmark's images in its two
+regimes (8 steps CFG 1; 52 steps CFG 3.5, cond and uncond batched in one call):
+
+- **uncached**, keeping at every step the feature the forecasting node forecasts: the input of
+  the model's final layer (the registry's ``final_layer`` seam), one per call: one stream at
+  CFG 1, one for the batch at CFG 3.5, as the node keeps its histories;
+- **open loop**, per setting: the computed steps' true features are fed to the node's own fit
+  (``adapters/feature_forecast.FeatureHistory``) in the node's order, and each forecast step's
+  forecast is compared with the true feature there: ``||forecast - true|| / ||true||``, over the
+  whole feature and over its image tokens (the ones the final layer's output keeps). Beside it,
+  the relative change between consecutive true features (how far the step moves it);
+- **closed loop**, per setting: the node itself (``CacheDiTSpectrum``) samples the same image, and
+  the latent entering each step and the model's denoised prediction there are compared with the
+  uncached run's; the decoded image's MAE/255 is the peer benchmark's figure.
+
+Then a search over the schedules the node can run (warmup, window, growth, computed final steps;
+linear, quadratic or Spectrum's forecast) at the call budgets of the targets, ranked by the open
+loop's error and checked closed loop. Figures of dynamics on a small proxy, not Krea-2 quality.
+
+    python benchmarks/forecast_error.py                 # both regimes, writes results/forecast_error.json
+    python benchmarks/forecast_error.py --regimes turbo --no-search
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH_DIR), str(BENCH_DIR.parent / "devkit")]
+
+import torch  # noqa: E402
+
+from comfy_harness import find_comfyui, load_pack  # noqa: E402
+
+PACK = load_pack().__name__   # imports no ComfyUI
+feature_forecast = importlib.import_module(f"{PACK}.adapters.feature_forecast")
+forecast_schedule = importlib.import_module(f"{PACK}.adapters.forecast_schedule")
+forecast_settings = importlib.import_module(f"{PACK}.adapters.forecast_settings")
+ForecastSettings, FeatureHistory = feature_forecast.ForecastSettings, feature_forecast.FeatureHistory
+ForecastSchedule, WholeCallSettings = forecast_schedule.ForecastSchedule, forecast_settings.WholeCallSettings
+
+RESULTS = BENCH_DIR / "results" / "forecast_error.json"
+REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
+# The settings the peer benchmark measures (benchmarks/peers_cases.py), by regime.
+NAMED = {"turbo": ("turbo_5_of_8", "turbo_4_of_8", "spectrum_paper", "spectrum_paper_fast"),
+         "raw": ("raw_1_in_4", "raw_1_in_5", "spectrum_paper", "spectrum_paper_fast")}
+LINEAR_WINDOWS = {"turbo": (2.0, 3.0, 4.0), "raw": (3.0, 4.0, 6.0, 8.0)}
+# The targets' call budgets: 4 of 8 calls; at least 4x fewer calls of 52 (at most 13 computed).
+BUDGETS = {"turbo": 4, "raw": 13}
+# The search's best by open-loop score, sampled through the node (at 8 steps: all of them, they are few).
+CLOSED_LOOP_CANDIDATES = {"turbo": 60, "raw": 8}
+
+
+def linear_window(n: float) -> WholeCallSettings:
+    return WholeCallSettings("custom", ForecastSettings("linear"), ForecastSchedule(2, n, 0.0, 1))
+
+
+def settings_for(regime: str) -> dict[str, WholeCallSettings]:
+    named = {name: WholeCallSettings.from_preset(name) for name in NAMED[regime]}
+    return {**named, **{f"linear N {n:g}": linear_window(n) for n in LINEAR_WINDOWS[regime]}}
+
+
+# --- open loop: the node's fit on the true features ------------------------------------------------
+
+def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float64."""
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm()) if b.norm() > 0 else (0.0 if a.norm() == 0 else math.inf)
+
+
+def open_loop_errors(features: list[torch.Tensor], mask, forecast: ForecastSettings,
+                     part=None) -> dict[int, float]:
+    """Per forecast step, the relative error of the forecast the node's fit makes from the true features of
+    the steps computed before it (``mask[step]`` true: computed), in the node's order: a step the schedule
+    forecasts is computed while the history holds too few points (``ForecastRun._reason``). ``part``
+    picks what is compared (e.g. the image tokens); the whole feature by default."""
+    history = FeatureHistory(forecast, len(features))
+    errors = {}
+    for step, feature in enumerate(features):
+        if mask[step] or not history.ready:
+            history.add(step, feature)
+            continue
+        guess = history.forecast(step)
+        errors[step] = relative(guess if part is None else part(guess), feature if part is None else part(feature))
+    return errors
+
+
+def consecutive_change(features: list[torch.Tensor], part=None) -> list[float | None]:
+    """Per step, ||f_s - f_(s-1)|| / ||f_(s-1)|| (None at the first step): how far the step moves the feature."""
+    pick = part or (lambda f: f)
+    return [None] + [relative(pick(features[s]), pick(features[s - 1])) for s in range(1, len(features))]
+
+
+def open_loop(per_image: list[list[torch.Tensor]], settings: WholeCallSettings, img_tokens: int) -> dict:
+    steps = len(per_image[0])
+    mask = settings.schedule.computed(steps)
+    image_part = lambda f: f[:, -img_tokens:]  # noqa: E731  (no reference latents: the image tokens are last)
+    whole = [open_loop_errors(features, mask, settings.forecast) for features in per_image]
+    image = [open_loop_errors(features, mask, settings.forecast, image_part) for features in per_image]
+    forecast_steps = sorted(whole[0])
+    mean = lambda runs, s: statistics.mean(run[s] for run in runs)  # noqa: E731
+    return {"mask": [int(m) for m in mask], "computed": steps - len(forecast_steps),
+            "forecast_steps": forecast_steps,
+            "rel_err": {s: mean(whole, s) for s in forecast_steps},
+            "rel_err_img": {s: mean(image, s) for s in forecast_steps},
+            "rel_err_img_per_image": {s: [run[s] for run in image] for s in forecast_steps}}
+
+
+def open_loop_score(result: dict, sigmas: list[float]) -> float:
+    """A ranking of schedules: each forecast step's image-token error weighted by the step's sigma decrement
+    (an Euler step moves the latent by the velocity times it)."""
+    return sum(err * (sigmas[s] - sigmas[s + 1]) for s, err in result["rel_err_img"].items())
+
+
+def candidate_settings(regime: str) -> list[WholeCallSettings]:
+    """The schedules the node can run at the regime's call budget, each with the forecasts it offers."""
+    steps, budget = REGIMES[regime][0], BUDGETS[regime]
+    warmups, finals = (1, 2, 3), (0, 1, 2)
+    windows = (2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0) if regime == "turbo" else tuple(x / 2 for x in range(4, 17))
+    growths = (0.0, 0.5, 1.0) if regime == "turbo" else (0.0, 0.25, 0.5, 0.75, 1.0)
+    forecasts = (ForecastSettings("linear"), ForecastSettings("quadratic"), ForecastSettings("spectrum", 4, 0.1, 0.5),
+                 ForecastSettings("spectrum", 2, 0.1, 0.5))
+    low = budget if regime == "turbo" else budget - 1
+    seen, out = set(), []
+    for warmup, window, growth, final in itertools.product(warmups, windows, growths, finals):
+        schedule = ForecastSchedule(warmup, window, growth, final)
+        for forecast in forecasts:
+            mask = effective_mask(schedule.computed(steps), forecast)
+            if low <= sum(mask) <= budget and (mask, forecast) not in seen:
+                seen.add((mask, forecast))
+                out.append(WholeCallSettings("custom", forecast, schedule))
+    return out
+
+
+def effective_mask(mask, forecast: ForecastSettings) -> tuple[int, ...]:
+    """The steps the node computes: the schedule's, and those it forecasts while the history is too short."""
+    out, points = [], 0
+    for computed in mask:
+        compute = bool(computed) or points < forecast.min_points
+        points += compute
+        out.append(int(compute))
+    return tuple(out)
+
+
+def describe(settings: WholeCallSettings) -> str:
+    f, s = settings.forecast, settings.schedule
+    kind = f.forecast if f.forecast != "spectrum" else f"spectrum m{f.chebyshev_degree} w{f.blend_w:g}"
+    return f"{kind}, warmup {s.warmup_steps}, N {s.window_size:g}, alpha {s.window_growth:g}, final {s.final_computed_steps}"
+
+
+# --- sampling in ComfyUI ----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Sampled:
+    latent: torch.Tensor                 # the sampler's output
+    x: list[torch.Tensor]                # the latent entering each step
+    denoised: list[torch.Tensor]         # the model's denoised prediction at each step
+    features: list[torch.Tensor] | None  # the final layer's input, one per model call (uncached only)
+
+
+class ProxySampler:
+    """The proxy in ComfyUI, in this process: the peer benchmark's graph (class conditioning, zeroed negative,
+    128x128 euler/simple) sampled uncached or through the forecasting node."""
+
+    def __init__(self, checkpoint: Path):
+        import comfy.sd
+
+        from krea2_proxy import SETTINGS
+
+        self.model = comfy.sd.load_diffusion_model(str(checkpoint))
+        self.tokens = SETTINGS.tokens
+        registry = importlib.import_module(f"{PACK}.adapters.registry")
+        target = registry.resolve(self.model.model.diffusion_model, registry.WHOLE_CALL_FORECAST_SCOPE)
+        self.final_layer = getattr(self.model.model.diffusion_model, target.family.final_layer)
+        self.node = importlib.import_module(f"{PACK}.nodes").CacheDiTSpectrum
+        self.node.hidden = type("Hidden", (), {"unique_id": "forecast-error"})()
+
+    def sigmas(self, steps: int) -> list[float]:
+        import comfy.samplers
+
+        sampling = self.model.get_model_object("model_sampling")
+        return [float(s) for s in comfy.samplers.calculate_sigmas(sampling, "simple", steps)]
+
+    def image_tokens(self, latent: torch.Tensor) -> int:
+        patch = self.model.model.diffusion_model.patch
+        return (latent.shape[-2] // patch) * (latent.shape[-1] // patch)
+
+    def inputs(self, image: tuple[int, int]):
+        import comfy.sample
+
+        from krea2_proxy import class_conditioning
+
+        label, seed = image
+        context = class_conditioning(label)
+        positive, negative = [[context, {}]], [[torch.zeros_like(context), {}]]
+        latent = comfy.sample.fix_empty_latent_channels(self.model, torch.zeros(1, 4, 16, 16))  # EmptyLatentImage 128
+        return positive, negative, latent, comfy.sample.prepare_noise(latent, seed)
+
+    def sample(self, image, steps: int, cfg: float, settings: WholeCallSettings | None) -> Sampled:
+        import comfy.sample
+
+        positive, negative, latent, noise = self.inputs(image)
+        xs, denoised, features = [], [], []
+
+        def callback(step, x0, x, total):
+            xs.append(x.detach().clone())
+            denoised.append(x0.detach().clone())
+
+        model, hook = self.model, None
+        if settings is None:
+            hook = self.final_layer.register_forward_pre_hook(lambda module, args: features.append(args[0].detach().clone()))
+        else:
+            model = self.node.execute(self.model, {"preset": settings.preset} if settings.preset != "custom" else
+                                      {"preset": "custom", **dataclasses.asdict(settings.forecast),
+                                       **dataclasses.asdict(settings.schedule)}).args[0]
+        try:
+            out = comfy.sample.sample(model, noise, steps, cfg, "euler", "simple", positive, negative, latent,
+                                      disable_pbar=True, seed=image[1], callback=callback)
+        finally:
+            if hook is not None:
+                hook.remove()
+        if settings is None and len(features) != steps:
+            raise RuntimeError(f"expected one model call per step ({steps}), the final layer ran {len(features)} "
+                               "times: this script reads CFG 1 or a batched cond/uncond call")
+        return Sampled(out, xs, denoised, features if settings is None else None)
+
+
+def closed_loop_run(sampler: ProxySampler, images, reference: list[Sampled], steps: int, cfg: float,
+                    settings: WholeCallSettings, decode) -> dict:
+    """The node's run per image against the uncached one: per step the latent's and the denoised prediction's
+    relative error (mean over images), and the decoded image's MAE/255."""
+    mae_255_and_mse = importlib.import_module(f"{PACK}.adapters.image_compare").mae_255_and_mse
+    x_err, d_err, maes = [[] for _ in range(steps)], [[] for _ in range(steps)], []
+    for image, ref in zip(images, reference):
+        run = sampler.sample(image, steps, cfg, settings)
+        for s in range(steps):
+            x_err[s].append(relative(run.x[s], ref.x[s]))
+            d_err[s].append(relative(run.denoised[s], ref.denoised[s]))
+        maes.append(mae_255_and_mse(decode(run.latent), decode(ref.latent))[0])
+    return {"x_rel_err": [statistics.mean(e) for e in x_err], "denoised_rel_err": [statistics.mean(e) for e in d_err],
+            "mae_255": statistics.mean(maes), "mae_255_per_image": maes}
+
+
+# --- the report --------------------------------------------------------------------------------------
+
+def table(name: str, regime: dict, row: dict) -> list[str]:
+    ol, cl = row["open_loop"], row.get("closed_loop")
+    head = f"{name}: {ol['computed']}/{len(ol['mask'])} computed"
+    if cl:
+        head += f", MAE {cl['mae_255']:.2f}/255 (closed loop)"
+    lines = [head, "  step  sigma   what      err   err_img  change  | x_err  den_err"]
+    for s, computed in enumerate(ol["mask"]):
+        what = "computed" if s not in ol["rel_err"] else "forecast"
+        err = f"{ol['rel_err'][s]:6.3f} {ol['rel_err_img'][s]:7.3f}" if what == "forecast" else " " * 14
+        change = regime["change_img"][s]
+        change = f"{change:6.3f}" if change is not None else "     -"
+        closed = f"  | {cl['x_rel_err'][s]:5.3f}  {cl['denoised_rel_err'][s]:6.3f}" if cl else ""
+        lines.append(f"  {s:4d}  {regime['sigmas'][s]:5.3f}  {what:8s} {err}  {change}{closed}")
+    return lines
+
+
+def rounded(value):
+    if isinstance(value, float):
+        return round(value, 5)
+    if isinstance(value, dict):
+        return {str(k): rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return value
+
+
+def run_regime(sampler: ProxySampler, regime: str, images, decode, search: bool, progress=print) -> dict:
+    steps, cfg = REGIMES[regime]
+    reference = [sampler.sample(image, steps, cfg, None) for image in images]
+    per_image = [ref.features for ref in reference]
+    img_tokens = sampler.image_tokens(reference[0].latent)
+    sigmas = sampler.sigmas(steps)
+    image_part = lambda f: f[:, -img_tokens:]  # noqa: E731
+    changes = [consecutive_change(features, image_part) for features in per_image]
+    out = {"steps": steps, "cfg": cfg, "images": [list(i) for i in images], "sigmas": sigmas,
+           "feature_shape": list(per_image[0][0].shape), "image_tokens": img_tokens,
+           "change_img": [None] + [statistics.mean(c[s] for c in changes) for s in range(1, steps)],
+           "settings": {}, "search": []}
+    for name, settings in settings_for(regime).items():
+        row = {"describe": describe(settings), "open_loop": open_loop(per_image, settings, img_tokens)}
+        row["open_loop"]["score"] = open_loop_score(row["open_loop"], sigmas)
+        row["closed_loop"] = closed_loop_run(sampler, images, reference, steps, cfg, settings, decode)
+        out["settings"][name] = row
+        progress("\n".join(table(name, out, row)))
+    if search:
+        ranked = []
+        for settings in candidate_settings(regime):
+            result = open_loop(per_image, settings, img_tokens)
+            ranked.append((open_loop_score(result, sigmas), settings, result))
+        ranked.sort(key=lambda item: item[0])
+        progress(f"{regime}: {len(ranked)} runnable schedules at the call budget; best by open-loop score:")
+        for score, settings, result in ranked[:CLOSED_LOOP_CANDIDATES[regime]]:
+            closed = closed_loop_run(sampler, images, reference, steps, cfg, settings, decode)
+            entry = {"describe": describe(settings), "forecast": dataclasses.asdict(settings.forecast),
+                     "schedule": dataclasses.asdict(settings.schedule), "computed": result["computed"],
+                     "computed_steps": [s for s in range(steps) if s not in result["rel_err"]], "score": score,
+                     "rel_err_img": result["rel_err_img"], "closed_loop": closed}
+            out["search"].append(entry)
+            progress(f"  {entry['describe']} ({entry['computed']} computed): computed {entry['computed_steps']}, score {score:.4f}, "
+                     f"max img err {max(result['rel_err_img'].values()):.3f}, MAE {closed['mae_255']:.2f}/255")
+        best = min(out["search"], key=lambda entry: entry["closed_loop"]["mae_255"])
+        progress(f"{regime}: lowest closed-loop MAE of the search: {best['describe']}, computed "
+                 f"{best['computed_steps']}, MAE {best['closed_loop']['mae_255']:.2f}/255")
+    return out
+
+
+def _set_up_comfyui(comfy_root: Path):
+    sys.path.insert(0, str(comfy_root))
+    os.chdir(comfy_root)
+    sys.argv = [sys.argv[0], "--cpu"]
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--regimes", default=",".join(REGIMES), help="turbo, raw or both (comma-separated)")
+    parser.add_argument("--images", type=int, default=3, help="how many of the peer benchmark's images (as it: 3)")
+    parser.add_argument("--no-search", action="store_true", help="only the named settings, no schedule search")
+    parser.add_argument("--json", default=str(RESULTS))
+    args = parser.parse_args(argv)
+    comfy_root = find_comfyui()
+    if comfy_root is None:
+        raise SystemExit("This benchmark needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
+    unknown = set(args.regimes.split(",")) - set(REGIMES)
+    if unknown:
+        parser.error(f"--regimes: unknown {sorted(unknown)}; choose from {sorted(REGIMES)}")
+    from krea2_proxy import ensure_proxy
+    from peers_cases import IMAGES
+
+    proxy = ensure_proxy(comfy_root)
+    _set_up_comfyui(comfy_root)
+    torch.set_num_threads(1)
+    sampler = ProxySampler(proxy.checkpoint)
+    images = IMAGES[:args.images]
+    results = {"proxy": proxy.checkpoint.parent.name, "images": [list(i) for i in images],
+               "note": "small trained Krea-2 proxy on procedural images: dynamics, not Krea-2 quality",
+               "regimes": {}}
+    with torch.inference_mode():
+        for regime in args.regimes.split(","):
+            results["regimes"][regime] = run_regime(sampler, regime, images, proxy.decode, not args.no_search,
+                                                    progress=lambda text: print(text, flush=True))
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False))
+
+
+if __name__ == "__main__":
+    main()

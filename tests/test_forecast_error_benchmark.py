@@ -1,0 +1,52 @@
+"""The forecast-error benchmark's per-step error (benchmarks/forecast_error.py), on feature paths whose
+forecast is known: zero where the node's fit represents the path exactly, above zero where it cannot."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from comfy_harness import REPO_ROOT
+
+from krea2_cachedit.adapters.feature_forecast import ForecastSettings
+from krea2_cachedit.adapters.forecast_settings import WholeCallSettings
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import forecast_error  # noqa: E402
+
+A, B, C = (torch.randn(2, 9, 6, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+           for seed in (1, 2, 3))
+
+
+def path(steps: int, degree: int) -> list[torch.Tensor]:
+    """A feature that moves as a polynomial of the step index, of ``degree`` 1 or 2."""
+    return [A + s * B + (s * s * C if degree == 2 else 0) for s in range(steps)]
+
+
+TURBO_4 = WholeCallSettings.from_preset("turbo_4_of_8")
+
+
+def test_a_linear_path_under_the_linear_forecast_has_no_error():
+    mask = TURBO_4.schedule.computed(8)   # computed 0, 1, 4, 7: uneven gaps
+    errors = forecast_error.open_loop_errors(path(8, 1), mask, TURBO_4.forecast)
+    assert sorted(errors) == [2, 3, 5, 6]
+    assert max(errors.values()) < 1e-12, errors
+
+
+def test_a_parabola_under_the_linear_forecast_has_an_error_at_every_forecast_step():
+    errors = forecast_error.open_loop_errors(path(8, 2), TURBO_4.schedule.computed(8), TURBO_4.forecast)
+    assert sorted(errors) == [2, 3, 5, 6]
+    assert min(errors.values()) > 1e-3, errors
+
+
+def test_a_parabola_under_the_quadratic_forecast_has_no_error_and_the_change_is_the_steps_move():
+    mask = [1, 1, 1, 1, 0, 0, 0, 1]   # evenly spaced points before the forecasts
+    errors = forecast_error.open_loop_errors(path(8, 2), mask, ForecastSettings("quadratic"))
+    assert sorted(errors) == [4, 5, 6] and max(errors.values()) < 1e-12, errors
+    # A step the schedule forecasts is computed while the history holds too few points (the node's order).
+    early = forecast_error.open_loop_errors(path(8, 2), [1, 0, 0, 0, 0, 0, 0, 1], ForecastSettings("quadratic"))
+    assert sorted(early) == [3, 4, 5, 6]
+    change = forecast_error.consecutive_change(path(4, 1))
+    assert change[0] is None
+    assert change[1:] == pytest.approx([float(B.norm() / (A + s * B).norm()) for s in range(3)])
