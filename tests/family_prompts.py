@@ -2,7 +2,7 @@
 devkit/krea2_synthetic.py) and the other families (tests/comfy_models.py).
 
 The same graph as ``krea2_prompt`` (same node ids), with each family's own conditioning width
-and latent: Wan samples 5D video latents, Krea-2, Z-Image, Qwen-Image and Flux.1 16-channel image
+and latent: Wan samples 5D video latents, Krea-2, Z-Image, Qwen-Image, Flux.1 and Chroma 16-channel image
 latents, Flux.2 128-channel latents; Qwen-Image's conditioning is 3584 wide (its text encoder's
 width, fixed in ComfyUI's model); Flux.1's conditioning carries a pooled vector. Krea-2's cache node
 is its own (``Krea2CacheDiT``), the other families' ``CacheDiTDBCache``.
@@ -39,6 +39,7 @@ class FamilySpec:
 
 FLUX = "Flux.1 / Flux.2 (ComfyUI native)"
 FLUX_LISTS = (("double", 2), ("single", 3))
+CHROMA = "Chroma (ComfyUI native)"
 
 FAMILIES = {
     # The session's tiny Krea-2 (conftest's comfy_server): krea2_prompt's own graph.
@@ -57,6 +58,10 @@ FAMILIES = {
     "flux2": FamilySpec(FAMILY_MODELS["flux2_klein"], FLUX, 5, 64, {
         "class_type": "EmptyFlux2LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
         lists=FLUX_LISTS, split_tokens=600),
+    # Chroma: Flux's two lists (2 double + 2 single blocks, 3072 wide), no pooled vector, guidance 0.
+    "chroma": FamilySpec(FAMILY_MODELS["chroma"], CHROMA, 4, 64, {
+        "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        lists=(("double", 2), ("single", 2))),
 }
 
 
