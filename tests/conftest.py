@@ -191,10 +191,11 @@ def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
 
 @pytest.fixture(scope="session")
 def family_server(comfy_root, tmp_path_factory):
-    """A real ComfyUI server with tiny seeded-random Wan (two, and a VACE), Z-Image and Qwen-Image checkpoints.
+    """A real ComfyUI server with tiny seeded-random Wan (two, and a VACE), Z-Image, Qwen-Image, Flux and
+    Chroma checkpoints.
 
-    Made once per session: Z-Image's checkpoint is 2.1 GB, Qwen-Image's 1.4 GB (ComfyUI detects them
-    only at full width).
+    Made once per session: Z-Image's checkpoint is 2.1 GB, Qwen-Image's 1.4 GB, Chroma's 1.9 GB (ComfyUI
+    detects them only at full width).
     """
     from comfy_models import FAMILY_MODELS, make_family_checkpoint
 
