@@ -28,13 +28,25 @@ TEST_NODES_DIR = Path(__file__).resolve().parent / "comfy_test_nodes"
 # What only the server process knows, served by devkit/comfy_test_nodes/measurement.py.
 MEMORY_ROUTE = "/krea2_test/cuda_memory"          # CUDA peak memory: GET reads, POST resets
 COMPILE_ROUTE = "/krea2_test/compile_counters"    # torch._dynamo's graphs, graph breaks, recompiles
+WATCH_ROUTE = "/krea2_test/model_watch"           # a watched model: alive, left changed, held by a registry
+TENSOR_ROUTE = "/krea2_test/tensor_memory"        # the tensors alive in the server (after a gc), by device
 STATS_ROUTE = "/krea2_cachedit/stats"
+# Third-party ComfyUI packs that tests install into a test server (snapshots at fixed commits, never
+# part of this repository): beside the clone in ../shared/third_party, or where this variable says.
+THIRD_PARTY_ENV = "KREA2_THIRD_PARTY_DIR"
 # Comma-separated test tiers that must all run and pass without a skip (CI sets it; see conftest).
 REQUIRE_TIERS_ENV = "KREA2_REQUIRE_TIERS"
 
 
 def required_tiers() -> list[str]:
     return [tier.strip() for tier in os.environ.get(REQUIRE_TIERS_ENV, "").split(",") if tier.strip()]
+
+
+def third_party_pack(name: str) -> Path | None:
+    """The snapshot folder of the third-party pack ``name``, or None when there is none."""
+    root = Path(os.environ.get(THIRD_PARTY_ENV) or REPO_ROOT.parent / "shared" / "third_party").expanduser()
+    folder = root / name
+    return folder.resolve() if (folder / "__init__.py").is_file() else None
 
 
 def load_pack():

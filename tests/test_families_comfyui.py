@@ -1,9 +1,9 @@
 """The cache node on each family in the real ComfyUI server: Krea-2 (its own node, Krea2CacheDiT) and
 the Cache-DiT DBCache node on Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1, Flux.2 and Chroma.
 
-Tiny seeded-random checkpoints in each family's native format (tests/comfy_models.py; Krea-2's is
+Tiny seeded-random checkpoints in each family's native format (devkit/comfy_models.py; Krea-2's is
 the session's main test server's) that ComfyUI's UNETLoader detects as that model; the same graph as
-the Krea-2 tests with each family's conditioning width and latent (tests/family_prompts.py). Random
+the Krea-2 tests with each family's conditioning width and latent (devkit/family_prompts.py). Random
 weights: these tests check what was cached and how calls were routed, never image quality. The checks
 that are the same on every family run on Krea-2 too (``every_family``); the rest run on the other
 families, Krea-2's own versions of them being in the Krea-2 test files.

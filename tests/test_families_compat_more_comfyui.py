@@ -1,6 +1,6 @@
 """The other families through CacheDiTDBCache with what users put around a cache node: a LoRA in the
 family's own keys, TorchCompileModel and multi-GPU sampling (real server, the seeded-random models of
-tests/comfy_models.py).
+devkit/comfy_models.py).
 
 TorchCompileModel before and after the node on Wan, Z-Image, Flux.1 and Chroma (their models compiled
 around both wrapped lists); two devices on Wan and Z-Image (multi-GPU sampling of Flux and Chroma is

@@ -44,7 +44,7 @@ def readme_model_cells() -> list[str]:
 def test_every_supported_family_has_a_test_spec():
     missing = [family.name for family in SUPPORTED
                if family.name not in spec_names() and family.name not in LOADER_ONLY]
-    assert not missing, (f"no test spec names {missing}: add one to tests/family_prompts.py's FAMILIES "
+    assert not missing, (f"no test spec names {missing}: add one to devkit/family_prompts.py's FAMILIES "
                          "(or, for a family only the pack's loader opens, to LOADER_ONLY with its tests)")
 
 

@@ -31,6 +31,11 @@
   bf16 (where ComfyUI's cast to the compute dtype copies), for step caches that write into it.
 - ``Krea2TestModelFunctionWrapper``: a ``model_function_wrapper`` that calls the model unchanged,
   as nodes that may change each call's conditioning install one.
+- ``Krea2TestLatentBytes``: LATENT -> IMAGE without a VAE, each byte of the float32 latent as one
+  channel value (byte / 255, a one-pixel-high RGB strip, zero-padded): an image path that rounds to
+  8 bits (a PNG sent over HTTP) carries the latent exactly, so equal images mean bit-identical latents.
+- ``Krea2TestModelWatch`` (``model_watch.py``): weak references to a model and its modules, read
+  back with the pack's module-level registries by a route, to check that a model that ran is freed.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -50,6 +55,8 @@ import torch
 from server import PromptServer
 
 from .measurement import register as register_measurement_routes
+from .model_watch import Krea2TestModelWatch
+from .model_watch import register as register_model_watch_route
 
 
 class Krea2TestConditioning:
@@ -424,6 +431,25 @@ class Krea2TestModelFunctionWrapper:
         return (patched,)
 
 
+class Krea2TestLatentBytes:
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "encode"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"samples": ("LATENT",)}}
+
+    def encode(self, samples):
+        latents = samples["samples"].to(torch.float32).contiguous()
+        strips = []
+        for latent in latents:  # one image per latent of the batch
+            data = latent.flatten().view(torch.uint8).to(torch.float32)
+            data = torch.cat([data, data.new_zeros(-len(data) % 3)])
+            strips.append((data / 255.0).reshape(1, -1, 3))
+        return (torch.stack(strips),)
+
+
 NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2TestLatent": Krea2TestLatent,
                        "Krea2TestCompileBlocks": Krea2TestCompileBlocks,
                        "Krea2TestMultiGPU": Krea2TestMultiGPU,
@@ -434,6 +460,9 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
-                       "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper}
+                       "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper,
+                       "Krea2TestLatentBytes": Krea2TestLatentBytes,
+                       "Krea2TestModelWatch": Krea2TestModelWatch}
 
 register_measurement_routes(PromptServer.instance.routes)
+register_model_watch_route(PromptServer.instance.routes)

@@ -1,5 +1,5 @@
 """API-format prompts for the tiny generated model of each family: Krea-2 (the main test server's,
-devkit/krea2_synthetic.py) and the other families (tests/comfy_models.py).
+devkit/krea2_synthetic.py) and the other families (devkit/comfy_models.py).
 
 The same graph as ``krea2_prompt`` (same node ids), with each family's own conditioning width
 and latent: Wan samples 5D video latents, Krea-2, Z-Image, Qwen-Image, Flux.1 and Chroma 16-channel image
