@@ -1,5 +1,6 @@
 """The cache node on each family in the real ComfyUI server: Krea-2 (its own node, Krea2CacheDiT) and
-the Cache-DiT DBCache node on Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1, Flux.2 and Chroma.
+the Cache-DiT DBCache node on Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1 and Flux.2 (Chroma's own checks
+are in test_families_chroma_comfyui).
 
 Tiny seeded-random checkpoints in each family's native format (devkit/comfy_models.py; Krea-2's is
 the session's main test server's) that ComfyUI's UNETLoader detects as that model; the same graph as
@@ -18,14 +19,14 @@ import torch
 
 from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
-from family_prompts import FAMILIES, family_prompt
+from family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF, run_ok
 
 pytestmark = pytest.mark.comfyui
 
-every_family = pytest.mark.parametrize("family", list(FAMILIES))
-family_ids = pytest.mark.parametrize("family", [family for family in FAMILIES if family != "krea2"])
-# Z-Image, Qwen-Image and Chroma are detected only at full width: one of their runs takes 15-60 s on 2 CPU
+every_family = pytest.mark.parametrize("family", SHARED)
+family_ids = pytest.mark.parametrize("family", [family for family in SHARED if family != "krea2"])
+# Z-Image and Qwen-Image are detected only at full width: one of their runs takes 15-60 s on 2 CPU
 # cores, so the checks that add little for them (the family-independent path) run on Wan alone.
 wan_only = pytest.mark.parametrize("family", ["wan"])
 
@@ -80,9 +81,9 @@ def test_cfg_split_by_conditioning_shape_uses_separate_cfg(server, family):
 # Krea-2's graph (seed 0) is the Krea-2 node tests' baseline: its uncached run serves both.
 @pytest.mark.parametrize("family, cfg, neg_tokens, seed", [
     ("krea2", 3.5, 8, 0), ("wan", 1.0, 8, 3), ("wan", 3.5, 8, 3), ("wan", 3.5, 13, 3), ("zimage", 3.5, 13, 3),
-    ("qwen_image", 3.5, 13, 3), ("chroma", 3.5, 13, 3), ("flux1", 3.5, 8, 3), ("flux1", 3.5, 13, 3), ("flux2", 3.5, 8, 3),
+    ("qwen_image", 3.5, 13, 3), ("flux1", 3.5, 8, 3), ("flux1", 3.5, 13, 3), ("flux2", 3.5, 8, 3),
     ("flux2", 3.5, 600, 3)],
-    ids=["krea2-batched", "wan-cfg1", "wan-batched", "wan-split", "zimage-split", "qwen_image-split", "chroma-split", "flux1-batched",
+    ids=["krea2-batched", "wan-cfg1", "wan-batched", "wan-split", "zimage-split", "qwen_image-split", "flux1-batched",
          "flux1-split", "flux2-batched", "flux2-split"])
 def test_exact_when_caching_is_off(server, uncached_latent, family, cfg, neg_tokens, seed):
     plain = uncached_latent(server, family, cfg=cfg, neg_tokens=neg_tokens, seed=seed)
@@ -198,8 +199,8 @@ def test_easycache_on_the_same_model_leaves_the_run_to_it(family_server, family)
 def test_calls_with_a_patch_the_block_loop_applies_are_computed_in_full(family_server, family):
     """A ``double_block`` patch (a ControlNet's) runs in the model's loop between blocks, by index: the
     cache would skip it, so such calls run in full, exactly as without the node, and the stats say so.
-    Flux's and Chroma's loops apply no such patch: there a ``patches_replace`` of a single block stands in."""
-    flux = family.startswith("flux") or family == "chroma"
+    Flux's loop applies no such patch: there a ``patches_replace`` of its middle single block stands in."""
+    flux = family.startswith("flux")
     patch = ({"class_type": "Krea2TestBlockReplace", "inputs": {"kind": "single_block", "block": 1, "scale": 0.5}}
              if flux else {"class_type": "Krea2TestDoubleBlockPatch", "inputs": {"block": 1, "scale": 0.5}})
     expected = "patches_replace.dit" if flux else "patches.double_block"

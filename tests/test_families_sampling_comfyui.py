@@ -1,4 +1,4 @@
-"""Samplers that call the model more than once per step, on Wan, Z-Image, Qwen-Image, Flux and Chroma (real server).
+"""Samplers that call the model more than once per step, on Wan, Z-Image, Qwen-Image and Flux (real server).
 
 As for Krea-2 (test_sampling_comfyui): each step's first evaluation at ``sigma[i]`` is the call
 cache-dit serves; the sampler's further evaluations of the step (heun's corrector at
@@ -8,7 +8,7 @@ Wan covers the samplers and CFG layouts; Z-Image (a few seconds a call on 2 CPU 
 split CFG (conds of 8 and 13 caption tokens) over 3 steps, with caching off: every call routed as on
 Wan, the further evaluations through the original ``layers``, bit-identical to the graph without
 the node. Flux.1 and Flux.2 (two block lists, tiny): heun with split CFG, a mask cached in both lists
-and caching off bit-identical; Qwen-Image and Chroma (3072 wide): heun at CFG 1 over 3 steps with caching off.
+and caching off bit-identical; Qwen-Image (3072 wide): heun at CFG 1 over 3 steps with caching off.
 """
 
 from __future__ import annotations
@@ -102,11 +102,9 @@ def test_flux_heun_with_split_cfg_serves_first_evaluations_and_off_is_bit_identi
     assert torch.equal(off, plain)
 
 
-@pytest.mark.parametrize("family", ["qwen_image", "chroma"])
-def test_full_width_family_heun_routes_every_call_and_off_is_bit_identical(family_server, family):
-    """CFG 1 over 3 steps (Qwen-Image and Chroma are 3072 wide even when shallow): routed as on Wan, off =
-    no node (Chroma: the calls cache-dit serves hand each block its own modulation slice)."""
-    plain, off, record = latents_plain_and_off(family_server, family, cfg=1.0, sampler="heun", steps=3, seed=5)
-    check_two_evaluation_record(record, family, [[0]], "none", steps=3, cached_steps=[])
-    assert record["block_evals"] == record["calls"] * FAMILIES[family].blocks
+def test_qwen_image_heun_routes_every_call_and_off_is_bit_identical(family_server):
+    """CFG 1 over 3 steps (Qwen-Image is 3072 wide even when shallow): routed as on Wan, off = no node."""
+    plain, off, record = latents_plain_and_off(family_server, "qwen_image", cfg=1.0, sampler="heun", steps=3, seed=5)
+    check_two_evaluation_record(record, "qwen_image", [[0]], "none", steps=3, cached_steps=[])
+    assert record["block_evals"] == record["calls"] * FAMILIES["qwen_image"].blocks
     assert torch.equal(off, plain)
