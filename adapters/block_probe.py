@@ -5,6 +5,8 @@ The probe's hooks on the blocks themselves (and, where needed, on cache-dit's wr
 the run needs per call:
 - count the blocks that really ran (a cached call runs only the Fn and Bn blocks);
 - tell each block its true index, list size and type (attention patches read them);
+- hand each block its own slice of the call's modulation table where the loop slices it by block
+  index (Chroma: the wrapper is called with the first block's slice only);
 - hand blocks that add into their input in place a copy of it where cache-dit keeps that input
   (to subtract as a residual), on calls the cache serves;
 - give the stream's trace the Fn blocks' residual, and tell it early when a call computes in full.
@@ -17,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from .registry import BlockList
+from .registry import BlockList, BlockModulation
 from .residual_trace import StreamTrace
 
 # Told each block's true place before it runs: (index, blocks in its list, the block's keyword
@@ -29,8 +31,10 @@ class BlockProbe:
     """Block hooks for one run on ``blocks`` (one ModuleList per ``lists`` entry, in loop order)."""
 
     def __init__(self, lists: tuple[BlockList, ...], blocks: list[torch.nn.ModuleList], fn_blocks: int,
-                 bn_blocks: int, tell_block_index: BlockIndexTeller | None = None):
+                 bn_blocks: int, tell_block_index: BlockIndexTeller | None = None,
+                 modulation: "ModulationSlices | None" = None):
         self._lists = lists
+        self._modulation = modulation
         self._blocks = blocks
         self._fn_blocks = fn_blocks
         self.sizes = [len(list_) for list_ in blocks]
@@ -67,6 +71,8 @@ class BlockProbe:
             if entry.hidden_kwargs:
                 self._hooks.append(wrapper.register_forward_pre_hook(
                     functools.partial(_hidden_states_first, entry.hidden_kwargs), with_kwargs=True))
+        if self._modulation is not None:
+            self._hooks.append(self._modulation.install())
 
     def remove(self) -> None:
         for hook in self._hooks:
@@ -86,6 +92,8 @@ class BlockProbe:
 
     def end(self) -> list[int]:
         """The call ended: the blocks that ran in each list."""
+        if self._modulation is not None:
+            self._modulation.release()
         self._serving, self._traces = False, None
         self._fn_input = [None] * len(self._lists)
         return self.counted
@@ -95,6 +103,8 @@ class BlockProbe:
         self.counted[position] += 1  # what really ran
         if self._tell_block_index is not None:
             self._tell_block_index(index, self.sizes[position], kwargs, self._lists[position].block_type)
+        if self._modulation is not None:
+            kwargs = self._modulation.give(position, index, kwargs)
         if self._traces is not None:
             if index == 0:  # every forward pattern takes the hidden (image) stream first
                 self._fn_input[position] = args[0] if args else kwargs.get("hidden_states")
@@ -104,7 +114,7 @@ class BlockProbe:
         if self._serving and index in self._copy_input_at[position]:
             count = self._lists[position].hidden_args
             return (*(a.clone() if torch.is_tensor(a) else a for a in args[:count]), *args[count:]), kwargs
-        return None
+        return (args, kwargs) if self._modulation is not None else None
 
     @torch.compiler.disable
     def _after_fn_blocks(self, position, module, args, output):
@@ -115,6 +125,42 @@ class BlockProbe:
         self._traces[position].observe(self._step, hidden - fn_input)
         self._fn_input[position] = None
         return None
+
+
+class ModulationSlices:
+    """Each block's own slice of the call's modulation table (see ``registry.BlockModulation``).
+
+    A forward hook on the module that computes the table keeps the call's table; before each block
+    runs, its keyword argument is replaced by the slice the model's own loop hands the block at its
+    true index (the same view of the same table, so a call the loop runs itself is unchanged).
+    """
+
+    def __init__(self, module: torch.nn.Module, spec: BlockModulation, lists: tuple[BlockList, ...]):
+        self._source = getattr(module, spec.table)
+        self._slicer = getattr(module, spec.slicer)
+        self._kwarg = spec.kwarg
+        self._kinds = [entry.modulation_kinds for entry in lists]
+        self._table = None
+
+    def install(self):
+        """The hook that keeps each call's table (its handle, to remove)."""
+        return self._source.register_forward_hook(self._keep)
+
+    @torch.compiler.disable
+    def _keep(self, module, args, output):
+        self._table = output
+        return None
+
+    def release(self) -> None:
+        self._table = None
+
+    def give(self, position: int, index: int, kwargs: dict) -> dict:
+        """``kwargs`` with the block's own slice, for block ``index`` of list ``position``."""
+        kinds = self._kinds[position]
+        if self._table is None or not kinds or self._kwarg not in kwargs:
+            return kwargs
+        slices = tuple(self._slicer(self._table, kind, idx=index) for kind in kinds)
+        return {**kwargs, self._kwarg: slices[0] if len(slices) == 1 else slices}
 
 
 @torch.compiler.disable

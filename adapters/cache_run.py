@@ -21,7 +21,7 @@ import threading
 
 import torch
 
-from .block_probe import BlockIndexTeller, BlockProbe
+from .block_probe import BlockIndexTeller, BlockProbe, ModulationSlices
 from .cache_dit_bridge import CachedModule, ListToCache, context_configs
 from .calibrators import calibrator_config
 from .call_router import CallLayout, CallRouter, StreamKey
@@ -58,8 +58,10 @@ class CacheRun:
                                   keep_wrappers=any(entry.hidden_kwargs for entry in lists))
         self.router = CallRouter(conds_per_step, self._start_context, node_name)
         settings = plan.settings
+        modulation = target.family.modulation
         self.probe = BlockProbe(lists, modules, settings.Fn_compute_blocks, settings.Bn_compute_blocks,
-                                tell_block_index)
+                                tell_block_index,
+                                ModulationSlices(target.module, modulation, lists) if modulation else None)
         self.traces = TraceBook([entry.attr for entry in lists])
         self.foreign_serves = ForeignServeWatch()
         text_path = target.family.text_path   # computed once per batch of conds (None: the family has none)

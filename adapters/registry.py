@@ -31,6 +31,9 @@ class BlockList:
     # keeps a list's input, and its middle blocks' input, to subtract as residuals: such blocks must
     # get a copy there, or every residual it keeps is zero.
     adds_in_place: bool = False
+    # The kinds the family's ``BlockModulation.slicer`` is asked for to build one block's slice of the
+    # call's modulation table (one kind: that slice; several: a tuple of them, in this order).
+    modulation_kinds: tuple[str, ...] = ()
 
     def _pattern(self):
         import cache_dit
@@ -47,6 +50,20 @@ class BlockList:
         """Where a block's output tuple holds the image (hidden) stream, as the forward pattern says:
         Pattern_1 blocks (Qwen-Image) return (encoder, hidden). The Fn residual is measured on that stream."""
         return self._pattern().Out.index("hidden_states")
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockModulation:
+    """A loop that hands each block its own slice of one modulation table the call computes once.
+
+    Chroma's distilled guidance approximator computes the table; its loop slices it by block index
+    (``get_modulations``) and passes the slice as ``vec``. Under cache-dit the loop calls one wrapper
+    per list with the first block's slice, so each block gets its own slice again before it runs.
+    """
+
+    table: str     # the module whose output is the call's table
+    slicer: str    # the transformer's method ``(table, kind, idx=index)`` returning one block's slice
+    kwarg: str     # the block keyword argument the loop passes the slice as
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +93,12 @@ class TransformerFamily:
     # The module that turns the last block's hidden state into the model's output, with the step's
     # time modulation; its first argument is the feature whole-call forecasting forecasts.
     final_layer: str | None = None
+    # Where each block's modulation is its own slice of one table (None: the loop hands every block the same).
+    modulation: BlockModulation | None = None
+    # Attributes of the transformer listing block indices its loop skips (Chroma's ``skip_mmdit``,
+    # ``skip_dit``). Under cache-dit the loop sees one wrapper that runs every block, so calls while
+    # one is non-empty are computed in full instead.
+    skip_lists: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.model:
@@ -170,6 +193,27 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         loop_patches=("patches_replace.dit", "control"),
         final_layer="final_layer",
     ),
+    # Chroma: Flux's double- and single-stream blocks without their own modulation. One call of the
+    # distilled guidance approximator makes a table of every block's modulation; the loop passes each
+    # block its slice (``get_modulations`` by block index) as ``vec``, skips the blocks in
+    # ``skip_mmdit`` / ``skip_dit``, and applies ``patches_replace`` and a ControlNet's ``control`` by
+    # block index as Flux's does. Chroma Radiance subclasses it with a pixel-space head of its own.
+    TransformerFamily(
+        name="Chroma (ComfyUI native)",
+        model="Chroma",
+        class_path="comfy.ldm.chroma.model.Chroma",
+        block_lists=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
+                               adds_in_place=True, modulation_kinds=("double_img", "double_txt")),
+                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True,
+                               modulation_kinds=("single",))),
+        check_forward_pattern=False,
+        block_options_kwarg="transformer_options",
+        match_subclasses=False,
+        loop_patches=("patches_replace.dit", "control"),
+        final_layer="final_layer",
+        modulation=BlockModulation(table="distilled_guidance_layer", slicer="get_modulations", kwarg="vec"),
+        skip_lists=("skip_mmdit", "skip_dit"),
+    ),
 )
 
 
@@ -240,6 +284,11 @@ def loop_patches_in(family: TransformerFamily, transformer_options: dict, call_k
         if present:
             found.append(path)
     return found
+
+
+def skip_lists_in(family: TransformerFamily, module: torch.nn.Module) -> list[str]:
+    """The family's skip lists that name blocks on ``module`` now (its loop would skip those blocks)."""
+    return [name for name in family.skip_lists if getattr(module, name, None)]
 
 
 class UnsupportedModelError(TypeError):

@@ -80,6 +80,16 @@ elif family.startswith("flux"):
                      global_modulation=True, mlp_silu_act=True, ops_bias=False, **common)
         expected = "Flux2"
     dtype = torch.float32
+elif family == "chroma":
+    from comfy.ldm.chroma.model import Chroma
+    # ComfyUI 0.33 detects Chroma's width from img_in/txt_in but fixes its approximator (5 layers of 5120,
+    # out 3072): the blocks add its modulation to the hidden states, so the model is 3072 wide and shallow
+    # (2 double + 2 single blocks, 1.9 GB in bf16). The text width is read from txt_in (64 here).
+    model = Chroma(in_channels=64, out_channels=64, context_in_dim=64, hidden_size=3072, mlp_ratio=4.0,
+                   num_heads=24, depth=2, depth_single_blocks=2, axes_dim=[16, 56, 56], theta=10000, patch_size=2,
+                   qkv_bias=True, in_dim=64, out_dim=3072, hidden_dim=5120, n_layers=5, txt_ids_dims=[],
+                   vec_in_dim=None, device="meta", operations=comfy.ops.disable_weight_init)
+    expected, dtype = "Chroma", torch.bfloat16
 else:
     from comfy.ldm.lumina.model import NextDiT
     # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks): shallow instead.
@@ -125,13 +135,13 @@ FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.s
                  "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors",
                  "qwen_image": "qwen_image_shallow.safetensors",
                  "flux1": "flux1_tiny.safetensors", "flux2": "flux2_tiny.safetensors",
-                 "flux2_klein": "flux2_klein_tiny.safetensors"}
+                 "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_shallow.safetensors"}
 
 
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
     Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
-    (2 double + 3 single blocks, width 128)."""
+    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
                    check=True, capture_output=True, timeout=900)
     return path

@@ -2,7 +2,7 @@
 devkit/krea2_synthetic.py) and the other families (devkit/comfy_models.py).
 
 The same graph as ``krea2_prompt`` (same node ids), with each family's own conditioning width
-and latent: Wan samples 5D video latents, Krea-2, Z-Image, Qwen-Image and Flux.1 16-channel image
+and latent: Wan samples 5D video latents, Krea-2, Z-Image, Qwen-Image, Flux.1 and Chroma 16-channel image
 latents, Flux.2 128-channel latents; Qwen-Image's conditioning is 3584 wide (its text encoder's
 width, fixed in ComfyUI's model); Flux.1's conditioning carries a pooled vector. Krea-2's cache node
 is its own (``Krea2CacheDiT``), the other families' ``CacheDiTDBCache``.
@@ -31,6 +31,10 @@ class FamilySpec:
     # every prompt to 512 tokens, so only a longer one stays apart).
     split_tokens: int = 13
     node: str = "CacheDiTDBCache"   # the cache node the family's tests place
+    # The test file that checks this family instead of the shared family checks (those parametrized over
+    # every family): "" when the shared checks run on it. For a family whose every model call is costly
+    # even when shallow, its own file runs what is the family's own, at the fewest steps that show it.
+    own_tests: str = ""
 
     @property
     def block_lists(self) -> tuple[tuple[str | None, int], ...]:
@@ -39,6 +43,7 @@ class FamilySpec:
 
 FLUX = "Flux.1 / Flux.2 (ComfyUI native)"
 FLUX_LISTS = (("double", 2), ("single", 3))
+CHROMA = "Chroma (ComfyUI native)"
 
 FAMILIES = {
     # The session's tiny Krea-2 (conftest's comfy_server): krea2_prompt's own graph.
@@ -57,7 +62,15 @@ FAMILIES = {
     "flux2": FamilySpec(FAMILY_MODELS["flux2_klein"], FLUX, 5, 64, {
         "class_type": "EmptyFlux2LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
         lists=FLUX_LISTS, split_tokens=600),
+    # Chroma: Flux's two lists (2 double + 2 single blocks, 3072 wide), no pooled vector, guidance 0. Each
+    # call recomputes the approximator's 344-row table through 5 layers 5120 wide whatever the latent:
+    # its own tests, on a 32x32 image (4 image tokens), the checkpoint built only when they run.
+    "chroma": FamilySpec(FAMILY_MODELS["chroma"], CHROMA, 4, 64, {
+        "class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}},
+        lists=(("double", 2), ("single", 2)), own_tests="test_families_chroma_comfyui.py"),
 }
+# The families the shared family checks run on (the others have ``own_tests``).
+SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]
 
 
 def family_prompt(family: str, *, cache: dict | None = None, node: str | None = None, model: str | None = None,

@@ -24,7 +24,7 @@ import comfy.patcher_extension
 
 from ..adapters.methods import DBCACHE, Method
 from ..adapters.multi_device import MultiDeviceRun
-from ..adapters.registry import ANY_SCOPE, ResolvedTransformer, loop_patches_in, resolve
+from ..adapters.registry import ANY_SCOPE, ResolvedTransformer, loop_patches_in, resolve, skip_lists_in
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.step_clock import StepClock, churned_start_sigmas
 from . import conditioning_identity, multi_gpu, routes
@@ -285,6 +285,12 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     if patched:  # the model's loop applies them by block index: only its own loop can
         run.warn_once(f"Calls with {' and '.join(patched)} patches (e.g. a ControlNet's) were computed in "
                       f"full: the model applies them between blocks, which the cache skips.")
+        with run.uncached():
+            return executor(*args, **kwargs)
+    skipping = skip_lists_in(family, run.target.module)
+    if skipping:  # the model's loop skips those blocks: cache-dit's wrapper would run them
+        run.warn_once(f"Calls while the model's {' and '.join(skipping)} name blocks to skip were computed in "
+                      f"full: the model skips them in its own loop, which the cache replaces.")
         with run.uncached():
             return executor(*args, **kwargs)
     x = args[0]

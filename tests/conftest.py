@@ -189,22 +189,52 @@ def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
     server.stop()
 
 
+def family_checkpoint_seed(model_key: str) -> int:
+    """The seed of a family checkpoint: its place in ``FAMILY_MODELS``, whichever fixture writes it."""
+    from comfy_models import FAMILY_MODELS
+
+    return list(FAMILY_MODELS).index(model_key)
+
+
+def on_demand_models() -> dict[str, str]:
+    """{FAMILY_MODELS key: file} of the families with tests of their own (``FamilySpec.own_tests``):
+    their checkpoints are written only when one of those tests asks for them."""
+    from comfy_models import FAMILY_MODELS
+    from family_prompts import FAMILIES
+
+    own = {spec.model for spec in FAMILIES.values() if spec.own_tests}
+    return {key: name for key, name in FAMILY_MODELS.items() if name in own}
+
+
 @pytest.fixture(scope="session")
 def family_server(comfy_root, tmp_path_factory):
-    """A real ComfyUI server with tiny seeded-random Wan (two, and a VACE), Z-Image and Qwen-Image checkpoints.
+    """A real ComfyUI server with tiny seeded-random Wan (two, and a VACE), Z-Image, Qwen-Image and Flux
+    checkpoints.
 
     Made once per session: Z-Image's checkpoint is 2.1 GB, Qwen-Image's 1.4 GB (ComfyUI detects them
-    only at full width).
+    only at full width). Chroma's is added by ``chroma_server``, when a Chroma test runs.
     """
     from comfy_models import FAMILY_MODELS, make_family_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_families"))
-    for seed, (family, name) in enumerate(FAMILY_MODELS.items()):
-        make_family_checkpoint(comfy_root, family.removesuffix("_low"), base / "models" / "diffusion_models" / name,
-                               seed=seed)
+    for family, name in FAMILY_MODELS.items():
+        if family not in on_demand_models():
+            make_family_checkpoint(comfy_root, family.removesuffix("_low"), base / "models" / "diffusion_models" / name,
+                                   seed=family_checkpoint_seed(family))
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def chroma_server(comfy_root, family_server):
+    """``family_server`` with the shallow Chroma checkpoint (1.9 GB in bf16), written once per session, the
+    first time a test asks for it (ComfyUI lists a model folder again when it changes)."""
+    from comfy_models import FAMILY_MODELS, make_family_checkpoint
+
+    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["chroma"]
+    make_family_checkpoint(comfy_root, "chroma", path, seed=family_checkpoint_seed("chroma"))
+    return family_server
 
 
 def graph_key(prompt: dict) -> str:

@@ -15,7 +15,7 @@ from cache_runs import FAST, FAST_MASK_CACHED, OFF
 
 from cache_runs import NODE
 from krea2_cachedit.adapters.cache_run import CacheRun
-from krea2_cachedit.adapters.registry import BlockList, ResolvedTransformer, TransformerFamily
+from krea2_cachedit.adapters.registry import BlockList, BlockModulation, ResolvedTransformer, TransformerFamily
 from krea2_cachedit.adapters.run_record import RunMeta, build
 from krea2_cachedit.adapters.settings import CacheSettings, plan_run
 from krea2_cachedit.adapters.step_clock import StepClock
@@ -165,3 +165,66 @@ def test_fn_and_bn_must_leave_blocks_to_cache_in_the_shortest_list():
     assert (target.num_blocks, target.cacheable_blocks) == (DOUBLE + SINGLE, DOUBLE)
     with pytest.raises(ValueError, match="less than"):
         plan_run(CacheSettings(Fn_compute_blocks=2, Bn_compute_blocks=1), STEPS, target.cacheable_blocks, NODE)
+
+
+# --- a modulation slice per block (Chroma's loop) ---------------------------------------------------
+
+class ModulatedDoubleBlock(DoubleBlock):
+    def forward(self, img, txt, vec, transformer_options={}):
+        img_vec, txt_vec = vec
+        return super().forward(img, txt, img_vec + 2 * txt_vec, transformer_options)
+
+
+class ModulatedTwoLists(TwoLists):
+    """Chroma's loop on TwoLists' blocks: one table per call, each block passed its own slice of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.double_blocks = torch.nn.ModuleList(ModulatedDoubleBlock(True) for _ in range(DOUBLE))
+        self.approximator = torch.nn.Linear(1, WIDTH)
+
+    def get_modulations(self, table, kind, *, idx=0):
+        offset = {"single": 0, "double_img": SINGLE, "double_txt": SINGLE + DOUBLE}[kind]
+        return table[offset + idx]
+
+    def forward(self, img, txt, sigma):
+        options = {"seen": self.seen}
+        rows = torch.arange(SINGLE + 2 * DOUBLE, dtype=img.dtype)[:, None]
+        table = self.approximator(sigma * rows)   # every row different
+        img, txt = img.clone(), txt.clone()
+        options.update(total_blocks=len(self.double_blocks), block_type="double")
+        for i, block in enumerate(self.double_blocks):
+            options["block_index"] = i
+            vec = (self.get_modulations(table, "double_img", idx=i), self.get_modulations(table, "double_txt", idx=i))
+            img, txt = block(img=img, txt=txt, vec=vec, transformer_options=options)
+        x = torch.cat((txt, img), 1)
+        options.update(total_blocks=len(self.single_blocks), block_type="single")
+        for i, block in enumerate(self.single_blocks):
+            options["block_index"] = i
+            x = block(x, vec=self.get_modulations(table, "single", idx=i), transformer_options=options)
+        return x[:, txt.shape[1]:]
+
+
+def modulated_family() -> TransformerFamily:
+    return TransformerFamily(
+        name="modulated lists", model="modulated lists", class_path=f"{__name__}.ModulatedTwoLists",
+        check_forward_pattern=False,
+        block_lists=(BlockList("double_blocks", "Pattern_0", "double", ("img", "txt"), adds_in_place=True,
+                               modulation_kinds=("double_img", "double_txt")),
+                     BlockList("single_blocks", "Pattern_3", "single", adds_in_place=True, modulation_kinds=("single",))),
+        block_options_kwarg="transformer_options",
+        modulation=BlockModulation(table="approximator", slicer="get_modulations", kwarg="vec"))
+
+
+def test_each_block_gets_its_own_modulation_slice_under_the_cache():
+    """cache-dit's wrapper is called with the first block's slice; each block must still get its own:
+    caching off is the plain model bit for bit, and a cached run computes its computed steps exactly."""
+    plain, _ = sample(ModulatedTwoLists(), FAST, cached=False)
+    off, run = sample(ModulatedTwoLists(), OFF, modulated_family())
+    assert record(run).cached_steps == [] and not run.probe.installed
+    for step, (got, expected) in enumerate(zip(off, plain)):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"step {step}")
+    cached, run = sample(ModulatedTwoLists(), FAST, modulated_family())
+    assert record(run).cached_steps == FAST_MASK_CACHED
+    for step in range(FAST_MASK_CACHED[0]):
+        torch.testing.assert_close(cached[step], plain[step], rtol=0, atol=0, msg=f"step {step}")

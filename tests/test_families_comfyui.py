@@ -1,5 +1,6 @@
 """The cache node on each family in the real ComfyUI server: Krea-2 (its own node, Krea2CacheDiT) and
-the Cache-DiT DBCache node on Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1 and Flux.2.
+the Cache-DiT DBCache node on Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1 and Flux.2 (Chroma's own checks
+are in test_families_chroma_comfyui).
 
 Tiny seeded-random checkpoints in each family's native format (devkit/comfy_models.py; Krea-2's is
 the session's main test server's) that ComfyUI's UNETLoader detects as that model; the same graph as
@@ -18,13 +19,13 @@ import torch
 
 from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
-from family_prompts import FAMILIES, family_prompt
+from family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF, run_ok
 
 pytestmark = pytest.mark.comfyui
 
-every_family = pytest.mark.parametrize("family", list(FAMILIES))
-family_ids = pytest.mark.parametrize("family", [family for family in FAMILIES if family != "krea2"])
+every_family = pytest.mark.parametrize("family", SHARED)
+family_ids = pytest.mark.parametrize("family", [family for family in SHARED if family != "krea2"])
 # Z-Image and Qwen-Image are detected only at full width: one of their runs takes 15-60 s on 2 CPU
 # cores, so the checks that add little for them (the family-independent path) run on Wan alone.
 wan_only = pytest.mark.parametrize("family", ["wan"])

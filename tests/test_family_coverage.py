@@ -1,9 +1,10 @@
 """Every family the registry supports has a test spec, a row in the README's table of supported models
 and a word in docs/families.md: a new registry entry without them fails here, by name.
 
-A family is covered by a test spec when one of ``FAMILY_SPECS`` (the specs the shared family checks run
-on) names it, or when it is loaded only through the pack's own loader, whose tests name it in
-``LOADER_ONLY`` below.
+A family is covered by a test spec when one of ``FAMILIES`` (devkit/family_prompts.py) names it, or
+when it is loaded only through the pack's own loader, whose tests name it in ``LOADER_ONLY`` below. A
+spec runs the shared family checks unless it names a test file of its own (``own_tests``), which must
+exist and run on it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ def test_loader_only_families_are_named_by_their_tests():
         assert name in {family.name for family in SUPPORTED}, f"LOADER_ONLY names {name!r}, not in the registry"
         for test_file in test_files:
             assert name in (REPO / "tests" / test_file).read_text(), f"{test_file} never checks {name!r}"
+
+
+def test_a_spec_left_out_of_the_shared_checks_has_tests_of_its_own():
+    for key, spec in FAMILIES.items():
+        if not spec.own_tests:
+            continue
+        path = REPO / "tests" / spec.own_tests
+        assert path.is_file(), f"the spec {key!r} names tests/{spec.own_tests}, which does not exist"
+        assert f'"{key}"' in path.read_text(), f"tests/{spec.own_tests} never runs on the spec {key!r}"
 
 
 def test_every_spec_names_a_supported_family():

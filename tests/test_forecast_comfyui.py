@@ -13,7 +13,7 @@ import torch
 
 from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
-from family_prompts import FAMILIES, family_prompt
+from family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, run_ok
 from krea2_prompts import guided_prompt, krea2_prompt, with_forecast, with_lora
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.comfyui
 FORECAST_STEPS = [2, 4, 6]
 REASONS = ["warmup", "warmup", "forecast", "schedule", "forecast", "schedule", "forecast", "final_steps"]
 NOTHING = {"forecast": "linear", "warmup_steps": 0, "window_size": 1.0, "window_growth": 0.0}   # every step computed
-every_family = pytest.mark.parametrize("family", list(FAMILIES))
+every_family = pytest.mark.parametrize("family", SHARED)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 
 from comfy_harness import WATCH_ROUTE, prompt_error
 from comfy_models import make_lora
-from family_prompts import FAMILIES, family_prompt
+from family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import OFF
 from krea2_gguf_files import write_krea2_gguf
 from krea2_prompts import TINY_MODEL, with_forecast, with_lora
@@ -115,9 +115,9 @@ CASES = {
     "krea2 diffusers after a LoRA": (KREA2, lambda: with_lora(graph(KREA2, loader=DIFFUSERS), LORA, 1.0,
                                                               "lora_first"), False, True),
     "krea2 gguf cached": (KREA2, lambda: graph(KREA2, loader=GGUF_LOADER), False, True),
-    # Every other family of the tests, in one stream (CFG 1): Z-Image and Qwen-Image are full width.
+    # Every other family of the shared checks, in one stream (CFG 1): Z-Image and Qwen-Image are full width.
     **{f"{family} cached": (family, functools.partial(graph, family, cfg=1.0), False, True)
-       for family in FAMILIES if family != KREA2},
+       for family in SHARED if family != KREA2},
     "wan Spectrum": ("wan", lambda: spectrum("wan"), False, True),
 }
 

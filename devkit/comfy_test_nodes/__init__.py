@@ -18,6 +18,8 @@
   Wan set it) that scales one block's output inside the model's own block loop;
 - ``Krea2TestBlockReplace``: a ``patches_replace["dit"]`` entry for one Flux block (as PuLID-style
   nodes set it) that scales that block's output;
+- ``Krea2TestSkipBlocks``: Chroma's block skip lists (``skip_mmdit``, ``skip_dit``) set on the model
+  as an object patch, for the loop to skip one double or single block;
 - ``Krea2TestBlockControl``: a network-free ControlNet on a conditioning whose ``control`` residual
   the model's own block loop adds after one block (as Qwen-Image's and Flux's loops add a ControlNet's);
 - ``Krea2TestSampler``: ComfyUI's own k-diffusion samplers as third-party sampler nodes make
@@ -274,6 +276,25 @@ class Krea2TestBlockReplace:
         return (patched,)
 
 
+class Krea2TestSkipBlocks:
+    """Sets one of Chroma's skip lists (``skip_mmdit``: double blocks, ``skip_dit``: single blocks) to one
+    block, as an object patch of the model (set while it samples, restored after): its loop skips it."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "skip_list": (["skip_mmdit", "skip_dit"],),
+                             "block": ("INT", {"default": 1, "min": 0, "max": 1000})}}
+
+    def patch(self, model, skip_list, block):
+        patched = model.clone()
+        patched.add_object_patch(f"diffusion_model.{skip_list}", [block])
+        return (patched,)
+
+
 class Krea2TestBlockControl:
     """A ControlNet without a network, as ComfyUI's ControlNet apply nodes attach one to a conditioning:
     on every call its ``control`` holds one residual (a constant ``scale`` on the first token, ``features``
@@ -457,6 +478,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestAttentionOverrideProbe": Krea2TestAttentionOverrideProbe,
                        "Krea2TestDoubleBlockPatch": Krea2TestDoubleBlockPatch,
                        "Krea2TestBlockReplace": Krea2TestBlockReplace, "Krea2TestBlockControl": Krea2TestBlockControl,
+                       "Krea2TestSkipBlocks": Krea2TestSkipBlocks,
                        "Krea2TestSampler": Krea2TestSampler, "Krea2TestNonFinitePixels": Krea2TestNonFinitePixels,
                        "Krea2TestProxyDecode": Krea2TestProxyDecode,
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
