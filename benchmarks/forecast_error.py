@@ -33,7 +33,6 @@ import importlib
 import itertools
 import json
 import math
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -43,7 +42,7 @@ sys.path[:0] = [str(BENCH_DIR), str(BENCH_DIR.parent / "devkit")]
 
 import torch  # noqa: E402
 
-from comfy_harness import find_comfyui, load_pack  # noqa: E402
+from comfy_harness import find_comfyui, load_pack, use_comfyui_in_process  # noqa: E402
 
 PACK = load_pack().__name__   # imports no ComfyUI
 feature_forecast = importlib.import_module(f"{PACK}.adapters.feature_forecast")
@@ -322,15 +321,6 @@ def run_regime(sampler: ProxySampler, regime: str, images, decode, search: bool,
     return out
 
 
-def _set_up_comfyui(comfy_root: Path):
-    sys.path.insert(0, str(comfy_root))
-    os.chdir(comfy_root)
-    sys.argv = [sys.argv[0], "--cpu"]
-    import comfy.options
-
-    comfy.options.enable_args_parsing()
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--regimes", default=",".join(REGIMES), help="turbo, raw or both (comma-separated)")
@@ -348,7 +338,7 @@ def main(argv=None):
     from peers_cases import IMAGES
 
     proxy = ensure_proxy(comfy_root)
-    _set_up_comfyui(comfy_root)
+    use_comfyui_in_process(comfy_root)
     torch.set_num_threads(1)
     sampler = ProxySampler(proxy.checkpoint)
     images = IMAGES[:args.images]

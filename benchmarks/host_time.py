@@ -30,7 +30,6 @@ import contextlib
 import functools
 import importlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -193,15 +192,6 @@ def report_lines(result: dict) -> list[str]:
             f"  per run, ms: {per_run}  ({share['per run']:.1%} of a call, spread over the run)"]
 
 
-def _set_up_comfyui(comfy_root: Path):
-    sys.path.insert(0, str(comfy_root))
-    os.chdir(comfy_root)
-    sys.argv = [sys.argv[0], "--cpu"]
-    import comfy.options
-
-    comfy.options.enable_args_parsing()
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", help="a native Krea-2 checkpoint (default: the trained proxy)")
@@ -211,7 +201,7 @@ def main(argv=None):
     parser.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    from comfy_harness import find_comfyui
+    from comfy_harness import find_comfyui, use_comfyui_in_process
 
     comfy_root = find_comfyui()
     if comfy_root is None:
@@ -225,7 +215,7 @@ def main(argv=None):
         from krea2_proxy import ensure_proxy
 
         checkpoint = ensure_proxy(comfy_root).checkpoint
-    _set_up_comfyui(comfy_root)
+    use_comfyui_in_process(comfy_root)
     import torch
 
     torch.set_num_threads(1)

@@ -77,6 +77,18 @@ def find_comfyui() -> Path | None:
     return next((path.resolve() for path in candidates if _is_comfyui(path)), None)
 
 
+def use_comfyui_in_process(comfy_root: Path):
+    """Make this process able to import ComfyUI's own modules as its CPU server would (benchmarks that
+    run ComfyUI's sampler in process): ComfyUI on the path and as the working folder, its options
+    parsed from ``--cpu``."""
+    sys.path.insert(0, str(comfy_root))
+    os.chdir(comfy_root)
+    sys.argv = [sys.argv[0], "--cpu"]
+    import comfy.options
+
+    comfy.options.enable_args_parsing()
+
+
 def _is_comfyui(path: Path) -> bool:
     return (path / "main.py").is_file() and (path / "comfy").is_dir()
 
