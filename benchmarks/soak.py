@@ -50,7 +50,7 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent / "devkit"))
 
-from comfy_harness import STATS_ROUTE, TENSOR_ROUTE, ComfyServer, find_comfyui, prompt_error  # noqa: E402
+from comfy_harness import FREE, STATS_ROUTE, TENSOR_ROUTE, ComfyServer, find_comfyui, prompt_error  # noqa: E402
 from comfy_models import FAMILY_MODELS, make_family_checkpoint  # noqa: E402  (loads the pack)
 from family_prompts import FAMILIES, family_prompt  # noqa: E402
 from krea2_prompts import TINY_MODEL, with_forecast  # noqa: E402
@@ -59,7 +59,6 @@ from krea2_synthetic import Krea2Shape, save_native_checkpoint  # noqa: E402
 SOAK_FAMILIES = {"krea2": 0.5, "wan": 0.25, "flux1": 0.25}   # family -> share of the prompts that sample
 STORE_LIMIT = 50            # the recent-runs store keeps this many records (nodes/routes.py RecentRuns)
 OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
-FREE = {"unload_models": True, "free_memory": True}
 INTERRUPT_STEPS = 400       # long enough to be interrupted while it samples
 INTERRUPT_AFTER_S = 1.0     # how long after the prompt starts the interrupt is sent
 INTERRUPT_EVERY = 30        # one prompt in this many is interrupted
@@ -190,8 +189,8 @@ def store_size(server: ComfyServer) -> dict:
 def at_rest(server: ComfyServer) -> dict:
     """``/free`` (unload models, free memory: ComfyUI's worker also drops its cached outputs and
     collects garbage), then the server's RSS and the tensors alive in it."""
-    server.post("/free", FREE)
-    time.sleep(1.0)   # the worker wakes on the flag at once; let it unload and collect
+    server.free()
+    time.sleep(1.0)   # the worker took the flags; let it finish unloading and collecting
     server.get(TENSOR_ROUTE)
     tensors = server.get(TENSOR_ROUTE)
     return {"rss_mb": round(rss_mb(server.process.pid), 2), "tensor_mb": round(tensors["bytes"] / 2**20, 3),
@@ -281,8 +280,7 @@ def rerun_alone(server: ComfyServer, plan: list[Item], rows: list[dict], count: 
     chosen = sorted(rng.sample(done, min(count, len(done))), key=lambda row: row["index"])
     results = []
     for row in chosen:
-        server.post("/free", FREE)
-        time.sleep(0.5)
+        server.free()
         item = plan[row["index"]]
         prompt = item.prompt()   # a new nonce: ComfyUI samples it again (the nonce changes no tensor)
         for node in prompt.values():

@@ -31,6 +31,7 @@ COMPILE_ROUTE = "/krea2_test/compile_counters"    # torch._dynamo's graphs, grap
 WATCH_ROUTE = "/krea2_test/model_watch"           # a watched model: alive, left changed, held by a registry
 TENSOR_ROUTE = "/krea2_test/tensor_memory"        # the tensors alive in the server (after a gc), by device
 STATS_ROUTE = "/krea2_cachedit/stats"
+FREE = {"unload_models": True, "free_memory": True}   # POST /free's body, as the editor's button sends it
 # Third-party ComfyUI packs that tests install into a test server (snapshots at fixed commits, never
 # part of this repository): beside the clone in ../shared/third_party, or where this variable says.
 THIRD_PARTY_ENV = "KREA2_THIRD_PARTY_DIR"
@@ -206,6 +207,17 @@ class ComfyServer:
         except urllib.error.HTTPError as error:
             body = error.read().decode(errors="replace")
             raise RuntimeError(f"POST {path} -> {error.code}: {body}") from None
+
+    def free(self, timeout: float = 60.0) -> None:
+        """POST /free (unload the models, free the memory) and wait until the prompt worker has taken
+        the flags (the test nodes' watch route lists those still pending): it unloads and resets its
+        caches before it takes another prompt."""
+        self.post("/free", FREE)
+        deadline = time.time() + timeout
+        while self.get(WATCH_ROUTE)["pending_flags"]:
+            if time.time() > deadline:
+                raise TimeoutError(f"the server did not take POST /free in {timeout:g}s")
+            time.sleep(0.1)
 
     def refusal(self, prompt: dict) -> tuple[dict, str]:
         """POST /prompt for a prompt the server must refuse: its 400 answer, parsed, and the raw body.

@@ -144,20 +144,10 @@ def watch_report(server, label: str = "", collect: bool = False) -> dict:
     return server.get(f"{WATCH_ROUTE}?{query}")
 
 
-def free(server):
-    """POST /free (unload the models, free the memory, as the editor's button does) and wait until the
-    prompt worker has taken it: it unloads and resets its caches before it takes another prompt."""
-    server.post("/free", {"unload_models": True, "free_memory": True})
-    deadline = time.time() + FREE_TIMEOUT
-    while watch_report(server)["pending_flags"]:
-        assert time.time() < deadline, f"the server did not take POST /free in {FREE_TIMEOUT}s"
-        time.sleep(0.1)
-
-
 def free_and_report(server, label: str) -> dict:
     """The watch's report after ``free``, once the model is gone or ``GONE_TIMEOUT`` has passed (the
     worker unloads and resets its caches right after it took the flags)."""
-    free(server)
+    server.free(FREE_TIMEOUT)
     deadline = time.time() + GONE_TIMEOUT
     while True:
         report = watch_report(server, label, collect=True)
@@ -178,7 +168,7 @@ def registry_problem(report: dict) -> str | None:
 def test_a_model_that_ran_through_the_node_is_freed(server, case):
     family, build, interrupt, skips_steps = CASES[case]
     label = case.replace(" ", "_")
-    free(server)   # nothing of an earlier prompt loaded or cached: the watched model is this prompt's own
+    server.free(FREE_TIMEOUT)   # nothing of an earlier prompt loaded or cached: the watched model is this prompt's own
     prompt = watched(build(), label)
     if interrupt:
         prompt_id, entry = interrupted(server, prompt)
