@@ -34,6 +34,9 @@ HOOKS = {
                     "call only, so the class's forward runs the original blocks",
     "leftover_forward": "a model that ran is freed without a full garbage collection: disable_cache leaves a bound "
                         "forward on the instance (a reference cycle), which the pack removes",
+    "empty_block_lists": "models built with an empty block list (HunyuanVideo 1.5 has no single-stream blocks): "
+                         "disable_cache walks every ModuleList attribute of the module (BlockAdapter.find_blocks) "
+                         "and reads its first block, so the pack sets empty lists aside while cache-dit runs",
     "decision_point": "multi-GPU sampling's one decision per step for all devices: the module's context manager "
                       "answers can_cache once per block list and call, and the pack routes that answer",
 }
@@ -86,16 +89,17 @@ class CachedModule:
             adapter = cache_dit.BlockAdapter(**self._adapter_lists(cache_dit), transformer=self.module,
                                              check_forward_pattern=self.check_forward_pattern,
                                              has_separate_cfg=False)  # the real value is in each context's config
-            if is_enabled(self.module):
-                cache_dit.disable_cache(self.module)
-            self._own_forward = self.module.__dict__.get("forward")
-            try:
-                with self._keeping_wrappers():
-                    cache_dit.enable_cache(adapter, **configs)
-            except Exception:
-                cache_dit.disable_cache(self.module)  # never leave a half-patched shared module
-                self._restore_own_forward()
-                raise
+            with self._empty_lists_aside():
+                if is_enabled(self.module):
+                    cache_dit.disable_cache(self.module)
+                self._own_forward = self.module.__dict__.get("forward")
+                try:
+                    with self._keeping_wrappers():
+                        cache_dit.enable_cache(adapter, **configs)
+                except Exception:
+                    cache_dit.disable_cache(self.module)  # never leave a half-patched shared module
+                    self._restore_own_forward()
+                    raise
         self._adapter = adapter
 
     def refresh(self, configs: dict) -> None:
@@ -112,9 +116,25 @@ class CachedModule:
         with quiet_cache_dit():
             # Through the adapter, which names the blocks: given the bare module, cache-dit scans every
             # attribute of the model for block lists, six times (milliseconds).
-            cache_dit.disable_cache(self._adapter)
+            with self._empty_lists_aside():
+                cache_dit.disable_cache(self._adapter)
         self._restore_own_forward()
         self.wrappers = []
+
+    @contextlib.contextmanager
+    def _empty_lists_aside(self):
+        """HOOKS["empty_block_lists"]: each empty ModuleList child of the module replaced, in its place, by a
+        plain module while cache-dit runs (its scan for block lists reads every list's first block), then put back."""
+        children = self.module._modules
+        empty = {name: child for name, child in children.items()
+                 if isinstance(child, torch.nn.ModuleList) and len(child) == 0}
+        for name in empty:
+            children[name] = torch.nn.Module()
+        try:
+            yield
+        finally:
+            for name, child in empty.items():
+                children[name] = child
 
     def _restore_own_forward(self) -> None:
         # HOOKS["leftover_forward"]: what disable_cache leaves there is the class's forward bound to the module.

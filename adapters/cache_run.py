@@ -50,7 +50,7 @@ class CacheRun:
                  text_reuse_off: str | None = None):
         self.target, self.plan, self.clock = target, plan, clock
         self.host = host if host is not None else target.module
-        lists, modules = target.family.block_lists, target.block_modules
+        lists, modules = target.block_lists, target.block_modules
         self.cache = CachedModule(target.module,
                                   [ListToCache(entry.attr, blocks, entry.forward_pattern)
                                    for entry, blocks in zip(lists, modules)],

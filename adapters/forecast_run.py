@@ -126,7 +126,7 @@ class ForecastRun:
         self.target, self.plan, self.clock = target, plan, clock
         self.host = host if host is not None else target.module
         family = target.family
-        lists, modules = family.block_lists, target.block_modules
+        lists, modules = target.block_lists, target.block_modules
         self.router = CallRouter(conds_per_step, self._start_context, node_name)
         self.probe = BlockProbe(lists, modules, fn_blocks=1, bn_blocks=0)   # counts only
         self.seam = FinalLayerSeam(getattr(target.module, family.final_layer))

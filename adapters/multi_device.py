@@ -64,7 +64,7 @@ def devices_refusal(devices: list[DeviceModel], shares_decisions: bool = True) -
     main = devices[0].target
     for device in devices:
         target = device.target
-        if shares_decisions and len(target.family.block_lists) > 1:
+        if shares_decisions and len(target.block_lists) > 1:
             # The devices agree per step where cache-dit asks once per call; with several block
             # lists it asks once per list, which that agreement does not cover.
             return (f"Multi-GPU sampling of {target.family.name} (several block lists) is not supported by the "

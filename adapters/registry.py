@@ -214,6 +214,28 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         modulation=BlockModulation(table="distilled_guidance_layer", slicer="get_modulations", kwarg="vec"),
         skip_lists=("skip_mmdit", "skip_dit"),
     ),
+    # HunyuanVideo 1.0 and 1.5 (t2v, i2v, the super-resolution model) and HunyuanImage 2.1 (2D latents,
+    # patch 1x1): one class whose ``forward_orig`` runs Flux's double-stream blocks on (img, txt) by
+    # keyword, then Flux's single-stream blocks on cat(txt, img) with the image positional; both add
+    # into their input in place. HunyuanVideo 1.5 has 54 double blocks and no single ones (its single
+    # list is empty: no cache context, see ``ResolvedTransformer.block_lists``); 1.0 and Image 2.1 have
+    # both. Variants differ in optional input modules (vision_in, byt5_in, cond_type_embedding,
+    # time_r_in), not in the loop. The loop applies ``patches_replace`` dit blocks and
+    # a ControlNet's ``control`` (a model-call keyword) by block index; ``final_layer`` is Flux's LastLayer.
+    # ComfyUI has no subclass of it: one elsewhere may run a loop of its own.
+    TransformerFamily(
+        name="HunyuanVideo / HunyuanImage 2.1 (ComfyUI native)",
+        model="HunyuanVideo",
+        class_path="comfy.ldm.hunyuan_video.model.HunyuanVideo",
+        block_lists=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
+                               adds_in_place=True),
+                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True)),
+        check_forward_pattern=False,
+        block_options_kwarg="transformer_options",
+        match_subclasses=False,
+        loop_patches=("patches_replace.dit", "control"),
+        final_layer="final_layer",
+    ),
 )
 
 
@@ -252,9 +274,16 @@ class ResolvedTransformer:
     module: torch.nn.Module
 
     @property
+    def block_lists(self) -> tuple[BlockList, ...]:
+        """The family's block lists that hold blocks on this module, in loop order: each is a cache context.
+        A list the model was built without (HunyuanVideo 1.5 has no single-stream blocks) runs nothing in
+        the loop and is no context."""
+        return tuple(entry for entry in self.family.block_lists if len(getattr(self.module, entry.attr)))
+
+    @property
     def block_modules(self) -> list[torch.nn.ModuleList]:
-        """The module's block lists themselves, in the order its loop runs them."""
-        return [getattr(self.module, blocks.attr) for blocks in self.family.block_lists]
+        """The module's block lists themselves (those of ``block_lists``), in the order its loop runs them."""
+        return [getattr(self.module, blocks.attr) for blocks in self.block_lists]
 
     @property
     def num_blocks(self) -> int:
@@ -263,8 +292,8 @@ class ResolvedTransformer:
 
     @property
     def cacheable_blocks(self) -> int:
-        """The blocks of the shortest list: Fn + Bn must leave blocks to cache in every list."""
-        return min(len(blocks) for blocks in self.block_modules)
+        """The blocks of the shortest list: Fn + Bn must leave blocks to cache in every list (0: no blocks)."""
+        return min((len(blocks) for blocks in self.block_modules), default=0)
 
 
 def loop_patches_in(family: TransformerFamily, transformer_options: dict, call_kwargs: dict | None = None) \

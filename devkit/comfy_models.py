@@ -90,6 +90,26 @@ elif family == "chroma":
                    qkv_bias=True, in_dim=64, out_dim=3072, hidden_dim=5120, n_layers=5, txt_ids_dims=[],
                    vec_in_dim=None, device="meta", operations=comfy.ops.disable_weight_init)
     expected, dtype = "Chroma", torch.bfloat16
+elif family.startswith("hunyuan"):
+    from comfy.ldm.hunyuan_video.model import HunyuanVideo
+    # Narrow: ComfyUI reads the width from img_in, the heads as width // 128 (one head), the block counts
+    # from the keys, the text width from txt_in. HunyuanVideo 1.5 (t2v: 65 input channels, noise + image
+    # + mask; vision_in 1152 wide, as ComfyUI requires) has double blocks only, as the real one (54 + 0):
+    # 3 of them. HunyuanImage 2.1 (2D, 64 channels, patch 1x1, no vector_in) has both lists: 2 + 2.
+    common = dict(context_in_dim=64, hidden_size=128, mlp_ratio=4.0, num_heads=1, theta=256, qkv_bias=True,
+                  guidance_embed=False, byt5=False, meanflow=False, vec_in_dim=None, device="meta",
+                  operations=comfy.ops.disable_weight_init)
+    if family == "hunyuan_video15":
+        model = HunyuanVideo(in_channels=65, out_channels=32, depth=3, depth_single_blocks=0, axes_dim=[16, 56, 56],
+                             patch_size=[1, 1, 1], use_cond_type_embedding=True, vision_in_dim=1152,
+                             meanflow_sum=True, **common)
+        expected = "HunyuanVideo15"
+    else:  # "hunyuan_image21"
+        model = HunyuanVideo(in_channels=64, out_channels=64, depth=2, depth_single_blocks=2, axes_dim=[64, 64],
+                             patch_size=[1, 1], use_cond_type_embedding=False, vision_in_dim=None,
+                             meanflow_sum=False, **common)
+        expected = "HunyuanImage21"
+    dtype = torch.float32
 else:
     from comfy.ldm.lumina.model import NextDiT
     # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks): shallow instead.
@@ -135,13 +155,17 @@ FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.s
                  "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors",
                  "qwen_image": "qwen_image_shallow.safetensors",
                  "flux1": "flux1_tiny.safetensors", "flux2": "flux2_tiny.safetensors",
-                 "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_shallow.safetensors"}
+                 "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_shallow.safetensors",
+                 "hunyuan_video15": "hunyuan_video15_tiny.safetensors",
+                 "hunyuan_image21": "hunyuan_image21_tiny.safetensors"}
 
 
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
     Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
-    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16)."""
+    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16),
+    "hunyuan_video15" HunyuanVideo 1.5 t2v (3 double blocks, width 128), "hunyuan_image21" HunyuanImage 2.1
+    (2 double + 2 single blocks, width 128)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
                    check=True, capture_output=True, timeout=900)
     return path

@@ -140,6 +140,29 @@ def test_hook_leftover_forward():
         gc.enable()
 
 
+class WithEmptyList(PositionalTwoLists):
+    """The same model built with an empty third list its loop never runs (HunyuanVideo 1.5's single_blocks)."""
+
+    def __init__(self):
+        super().__init__(in_place=False)
+        self.extra_blocks = torch.nn.ModuleList()
+
+
+def test_hook_empty_block_lists():
+    """A model with an empty block list is cached, and disabled, with that list back on it."""
+    model = WithEmptyList()
+    before = dict(model._modules)
+    plain = blocks_run_per_step(model)
+    cache = cached_module(model)
+    cache.enable(configs(FAST))
+    try:
+        assert cached_steps(blocks_run_per_step(model)) == FAST_CACHED, depends("empty_block_lists")
+    finally:
+        cache.disable()
+    assert dict(model._modules) == before, depends("empty_block_lists")   # the same children, by name
+    assert blocks_run_per_step(model) == plain
+
+
 @pytest.mark.parametrize("answer", [True, False])
 def test_hook_decision_point(answer):
     """cache-dit's decision is asked once per list and served call, and the routed answer is what it does."""
