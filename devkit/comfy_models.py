@@ -134,6 +134,9 @@ for name, tensor in model.state_dict().items():
         # from zero: otherwise each step's residual changes by more than itself (diff > 1), where
         # cache-dit's threshold cannot decide (a threshold of 1 or more caches every step).
         value = value * 0.1 if name.endswith("weight") else value + 1.0
+    if family.startswith("hunyuan") and ("_mod.lin." in name or "modulation.lin." in name):
+        # The same for HunyuanVideo's blocks (Flux's Modulation): otherwise every change after warmup is near 1.
+        value = value * 0.1 if name.endswith("weight") else value + 1.0
     if family.startswith("flux2") and name == "time_in.in_layer.weight":
         # Flux.2 has no biases: its blocks' modulation follows the timestep embedding wholly, and on
         # random weights every step's residual changed by more than itself (diff > 1, where cache-dit's
