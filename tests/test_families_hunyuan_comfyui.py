@@ -127,7 +127,7 @@ def test_threshold_caching_decides_by_the_measured_change(server):
     assert [full["step_reasons"][s] for s in range(STEPS)] == ["warmup"] * 4 + ["threshold"] * 3 + ["max_continuous"]
     _, measured = run(server, prompt(cache={"residual_diff_threshold": 0.0}, prefix="hunyuan_thr_off"))
     diffs = sorted(d for d in measured["residual_diffs"][4:] if d is not None)
-    assert diffs[0] < 0.9, f"no change after warmup below 0.9 on these weights: {measured['residual_diffs']}"
+    assert len(diffs) >= 2 and diffs[0] < 0.9, f"no change after warmup below 0.9: {measured['residual_diffs']}"
     threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
     _, mid = run(server, prompt(cache={"residual_diff_threshold": threshold}, prefix="hunyuan_thr_mid"))
     assert mid["cached_steps"], (threshold, measured["residual_diffs"])
