@@ -6,8 +6,9 @@ TorchCompileModel before and after the node on Wan, Z-Image, Flux.1 (its model c
 both wrapped lists) and Qwen-Image; two devices on Wan, Z-Image and Qwen-Image (Flux's and Chroma's,
 one decision per block list, are in test_families_flux_comfyui and test_families_chroma_comfyui); a
 LoRA in native keys on Z-Image, Flux.1 (both lists) and Qwen-Image (its LoRA format: module names
-without a prefix); Wan's LoRA tests, before and after the node, are in test_families_compat_comfyui. A Z-Image run takes 40-60 s
-on 2 CPU cores, so each check is the cheapest run that shows it on the family's own path.
+without a prefix); Wan's LoRA tests, before and after the node, are in test_families_compat_comfyui.
+A Z-Image run takes 40-60 s on 2 CPU cores, so each check is the cheapest run that shows it on the
+family's own path.
 """
 
 from __future__ import annotations
