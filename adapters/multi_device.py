@@ -146,7 +146,8 @@ class StepConsensus:
         return max(self.min_wait_s, WAIT_PER_GAP * self._longest_gap)
 
     def vote(self, step: int, device: str, cache: bool, block_list: str | None = None) -> bool:
-        """``device``'s call at ``step`` would ``cache`` ``block_list``: what it must do so that all devices do alike."""
+        """``device``'s call at ``step`` would ``cache`` ``block_list``: what it must do so that all devices do
+        alike."""
         with self._changed:
             ballot = self._ballot(step, block_list)
             if device in ballot.votes:

@@ -157,7 +157,8 @@ def test_with_the_threshold_each_list_is_cached_on_every_device_or_on_none(famil
     step = 2
     changes: dict[str, dict[str, float]] = {}   # list -> device -> its change at ``step``
     for stream in measured["streams"]:
-        changes.setdefault(stream["blocks"], {})[stream["device"]] = stream["residual_diffs"][stream["steps"].index(step)]
+        change = stream["residual_diffs"][stream["steps"].index(step)]
+        changes.setdefault(stream["blocks"], {})[stream["device"]] = change
     assert set(changes) == {"double_blocks", "single_blocks"} and all(len(c) == 2 for c in changes.values())
     # The list whose larger change is the largest decides by its devices' disagreement, the other is cached.
     split_list = max(changes, key=lambda name: max(changes[name].values()))
