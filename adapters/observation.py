@@ -99,7 +99,9 @@ class RunObservation:
 class ParallelOutcome:
     """What only a run on several devices has: their shared decisions and one wall clock."""
 
-    overridden: dict[int, list[str]]   # step -> devices that would have cached it, had another not computed
+    # step -> block list (its attribute; None for one list) -> devices that would have cached it, had another
+    # not computed it
+    overridden: dict[int, dict[str | None, list[str]]]
     timeouts: dict[int, list[str]]     # step -> devices waited for in vain (they got no work in that step)
     wall_s: float                      # the run's span: each device's calls are timed on its own clock
 

@@ -127,7 +127,7 @@ def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host,
     method, devices, refusal = holder.method, [], None
     on_devices = multi_gpu.sampling_devices(guider.model_patcher)
     if on_devices:
-        devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target, method.shares_decisions)
+        devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target)
     other = other_step_cache(guider.model_options.get("transformer_options"), _wrapper_keys(guider.model_patcher))
     refusal = refusal or (step_cache_refusal(other) if other is not None else None)
     if refusal:
