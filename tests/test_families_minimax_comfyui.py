@@ -1,0 +1,140 @@
+"""MiniMax H3 (audio + video) through CacheDiTDBCache and CacheDiTSpectrum in the real server.
+
+What MiniMax H3's loop does differently, each checked here on a tiny seeded-random checkpoint (4 blocks,
+64 wide, detected by ComfyUI's own model detection) at 4 steps, with ComfyUI's own MiniMax H3 latent
+(``EmptyMiniMaxH3LatentAV``: a 64x64, 5-frame video latent and its 8-frame stereo audio latent) and the
+sampled latent split into its video and audio latents by ComfyUI's ``LTXVSeparateAVLatent``:
+
+- the model is called with a list of latents [video, audio] and packs text, audio and video tokens into
+  one sequence of shape (tokens, width), with no batch dimension: ComfyUI never batches its cond and
+  uncond (each carries its own packed layout, which no other cond's equals), so CFG > 1 is always split,
+  even with prompts of one length, and each stream has its own cache;
+- the cached residual is the Fn blocks' residual over that whole sequence (8 text, 16 audio and 8 video
+  tokens here): on a cached step the final layer reads one hidden state, the Fn output plus that
+  stream's last computed residual, and both outputs (video and audio rows) come from it;
+- blocks add into their input in place (the cache hands them a copy where it keeps the input);
+- ``patches_replace`` "dit" replacements by block index: such calls are computed in full;
+- caching off is bit-identical to the graph without the node, for the video and the audio latent.
+
+Also run on it: threshold caching, EasyCache refused, heun, a LoRA in native keys, TorchCompileModel,
+two devices (ComfyUI's multi-GPU CFG split, one copy per cond), the Spectrum node once.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from family_prompts import FAMILIES, family_prompt
+from helpers import FAST, OFF, prompt_error
+from krea2_prompts import with_forecast, with_lora
+
+pytestmark = pytest.mark.comfyui
+
+FAMILY = "minimax_h3"
+SPEC = FAMILIES[FAMILY]
+STEPS = 4
+MASK_CACHED = [2]   # cache-dit's "fast" mask for 4 steps: 1 1 0 1
+SEED = 71
+TEXT, AUDIO, VIDEO = slice(0, 8), slice(8, 24), slice(24, 32)   # rows of the packed sequence
+LORA_LAYERS = [f"blocks.{block}.{layer}" for block in range(4) for layer in ("attn.out_proj", "mlp.fc2")]
+
+
+def prompt(cfg=1.0, cache=None, seed=SEED, steps=STEPS, prefix="minimax", **kwargs) -> dict:
+    """The family graph with the sampled AV latent split by ComfyUI's node: video saved by "7", audio by "15"."""
+    graph = family_prompt(FAMILY, cfg=cfg, cache=cache, seed=seed, steps=steps, prefix=prefix, **kwargs)
+    graph["14"] = {"class_type": "LTXVSeparateAVLatent", "inputs": {"av_latent": ["6", 0]}}
+    graph["7"]["inputs"]["samples"] = ["14", 0]
+    graph["15"] = {"class_type": "SaveLatent", "inputs": {"samples": ["14", 1], "filename_prefix": f"{prefix}_audio"}}
+    return graph
+
+
+def after_loader(graph: dict, node_id: str, node: dict) -> dict:
+    graph[node_id] = {"class_type": node["class_type"], "inputs": {"model": ["1", 0], **node["inputs"]}}
+    graph["5" if "5" in graph else "6"]["inputs"]["model"] = [node_id, 0]
+    return graph
+
+
+def run(server, graph: dict, timeout: float = 600.0):
+    """(video latent, audio latent, the record of node "5" of this prompt or None)."""
+    prompt_id = server.queue(graph)
+    entry = server.wait(prompt_id, timeout)
+    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
+    record = server.stats_for(prompt_id, "5")[0] if "5" in graph else None
+    return server.saved_latent(entry, "7"), server.saved_latent(entry, "15"), record
+
+
+def check_record(record: dict, calls: int, mode: str, cached=MASK_CACHED):
+    assert record["status"] == "ok" and record["model"] == SPEC.name and record["steps"] == STEPS
+    assert record["node_id"] == "5" and record["cfg_mode"] == mode and record["calls"] == calls
+    assert record["has_separate_cfg"] == (mode == "split")
+    assert record["cached_steps"] == cached
+    assert record["block_lists"] == [], "one block list: the record has no per-list account"
+    # Every call of a computed step runs the 4 blocks, of a cached step only block 0 (Fn 1, Bn 0).
+    assert [(call[0], call[3]) for call in record["call_log"]] == [
+        (step, 1 if step in cached else 4) for step in range(STEPS) for _ in range(calls // STEPS)]
+
+
+@pytest.fixture(scope="module")
+def server(minimax_server):
+    return minimax_server
+
+
+@pytest.fixture(scope="module")
+def split(server, tmp_path_factory):
+    """CFG 3.5 with prompts of one length, the mask, the final-layer probe: (video, audio, record, calls)."""
+    log = tmp_path_factory.mktemp("minimax_probe") / "calls.pt"
+    graph = after_loader(prompt(cfg=3.5, cache=FAST, prefix="minimax_split"), "20",
+                         {"class_type": "Krea2TestFinalLayerProbe", "inputs": {"log_path": str(log)}})
+    video, audio, record = run(server, graph)
+    return video, audio, record, torch.load(log)
+
+
+def test_cfg_1_caches_the_mask_with_each_calls_true_block_count(server):
+    video, audio, record = run(server, prompt(cache=FAST, prefix="minimax_cfg1"))
+    check_record(record, calls=STEPS, mode="none")
+    assert all(call[1] == [0] for call in record["call_log"]), "CFG 1 has no uncond pass"
+    assert torch.isfinite(video).all() and torch.isfinite(audio).all()
+    assert tuple(video.shape) == (1, 24, 2, 4, 4) and tuple(audio.shape) == (1, 32, 2, 8)
+
+
+def test_cfg_above_1_is_split_even_with_prompts_of_one_length_and_caches_per_stream(split):
+    _, _, record, _ = split
+    check_record(record, calls=2 * STEPS, mode="split")
+    assert [call[1] for call in record["call_log"][:2]] == [[0], [1]], "cond first, then uncond"
+    assert sorted(s["branches"] for s in record["streams"]) == [[0], [1]]
+    assert all(s["cached_steps"] == MASK_CACHED for s in record["streams"])
+
+
+def test_a_cached_step_serves_video_and_audio_from_one_hidden_state_per_stream(split):
+    """On the cached step each stream's final layer reads its Fn output plus that stream's residual of its
+    last computed step, over the whole packed sequence (text, audio and video rows): the video and the
+    audio output both come from that one hidden state, and differ from a computed step only through it."""
+    _, _, _, calls = split
+    assert [c["branches"] for c in calls] == [[0], [1]] * STEPS
+    by_step = {(step, branch): calls[2 * step + branch] for step in range(STEPS) for branch in (0, 1)}
+    residuals = {}
+    for branch in (0, 1):
+        computed = by_step[(1, branch)]
+        residual = computed["final_in"] - computed["fn_out"]
+        for rows in (TEXT, AUDIO, VIDEO):
+            assert residual[rows].abs().mean() > 0, "the residual covers every part of the sequence"
+        cached = by_step[(2, branch)]
+        assert torch.allclose(cached["final_in"], cached["fn_out"] + residual, rtol=0, atol=1e-6)
+        # A computed step's final input is not its Fn output plus the previous residual (the check can fail).
+        later = by_step[(3, branch)]
+        assert not torch.allclose(later["final_in"], later["fn_out"] + residual, rtol=0, atol=1e-3)
+        residuals[branch] = residual
+        assert tuple(cached["video"].shape) == (8, 96) and tuple(cached["audio"].shape) == (16, 32)
+    # Each CFG stream its own cache: cond's and uncond's residuals differ.
+    assert not torch.allclose(residuals[0], residuals[1], rtol=0, atol=1e-3)
+
+
+def test_caching_off_is_bit_identical_to_no_node_for_video_and_audio(server):
+    plain_video, plain_audio, _ = run(server, prompt(cfg=3.5, prefix="minimax_plain"))
+    video, audio, record = run(server, prompt(cfg=3.5, cache=OFF, prefix="minimax_off"))
+    assert record["cfg_mode"] == "split" and record["cached_steps"] == [] and record["calls"] == 2 * STEPS
+    assert record["block_evals"] == 2 * STEPS * SPEC.blocks
+    assert torch.equal(video, plain_video) and torch.equal(audio, plain_audio)
+    cached_video, cached_audio, _ = run(server, prompt(cfg=3.5, cache=FAST, prefix="minimax_cached"))
+    assert not torch.equal(cached_video, plain_video) and not torch.equal(cached_audio, plain_audio)
