@@ -138,3 +138,134 @@ def test_caching_off_is_bit_identical_to_no_node_for_video_and_audio(server):
     assert torch.equal(video, plain_video) and torch.equal(audio, plain_audio)
     cached_video, cached_audio, _ = run(server, prompt(cfg=3.5, cache=FAST, prefix="minimax_cached"))
     assert not torch.equal(cached_video, plain_video) and not torch.equal(cached_audio, plain_audio)
+
+
+def test_threshold_caching_decides_by_the_measured_change(server):
+    """8 steps: at threshold 2 every step the limits allow is cached (warmup 4, at most 3 in a row); just
+    above the smallest measured change after warmup, a step is cached exactly when its change is below."""
+    *_, full = run(server, prompt(steps=8, cache={"residual_diff_threshold": 2.0}, prefix="minimax_t2"))
+    assert full["cached_steps"] == [4, 5, 6]
+    *_, off = run(server, prompt(steps=8, cache=OFF, prefix="minimax_t0"))
+    diffs = sorted(d for d in off["residual_diffs"][4:] if d is not None)
+    assert diffs[0] < 0.9, f"no change after warmup below 0.9 on these weights: {off['residual_diffs']}"
+    threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
+    *_, mid = run(server, prompt(steps=8, cache={"residual_diff_threshold": threshold}, prefix="minimax_tmid"))
+    assert mid["cached_steps"], (threshold, off["residual_diffs"])
+    for step in range(4, 8):
+        reason, diff = mid["step_reasons"][step], mid["residual_diffs"][step]
+        if step in mid["cached_steps"]:
+            assert reason == "threshold" and diff < threshold, (step, diff, threshold)
+        elif reason == "threshold":
+            assert diff >= threshold, (step, diff, threshold)
+
+
+def test_easycache_on_the_same_model_leaves_the_run_to_it(server):
+    easycache = {"class_type": "EasyCache", "inputs": {"reuse_threshold": 1.5, "start_percent": 0.15,
+                                                        "end_percent": 0.95, "verbose": False}}
+    alone_video, alone_audio, _ = run(server, after_loader(prompt(prefix="minimax_easy"), "20", easycache))
+    video, audio, record = run(server, after_loader(prompt(cache=FAST, prefix="minimax_easy_node"), "20", easycache))
+    assert record["status"] == "skipped" and "EasyCache" in " ".join(record["warnings"])
+    assert torch.equal(video, alone_video) and torch.equal(audio, alone_audio)
+
+
+def test_calls_with_a_dit_block_replacement_are_computed_in_full(server):
+    """The loop calls a ``patches_replace["dit"]`` entry in place of block 1 (by index): the cache would
+    skip it, so such calls run in full, exactly as without the node, and the stats say so."""
+    replace = {"class_type": "Krea2TestBlockReplace", "inputs": {"kind": "double_block", "block": 1, "scale": 0.5}}
+    plain_video, plain_audio, _ = run(server, after_loader(prompt(prefix="minimax_replaced"), "20", replace))
+    unpatched_video, _, _ = run(server, prompt(prefix="minimax_unreplaced"))
+    assert not torch.equal(plain_video, unpatched_video), "the replacement must change the result"
+    video, audio, record = run(server, after_loader(prompt(cache=FAST, prefix="minimax_replaced_node"), "20",
+                                                    replace))
+    assert torch.equal(video, plain_video) and torch.equal(audio, plain_audio)
+    assert record["cached_steps"] == [] and record["calls"] == 0
+    assert any("patches_replace.dit" in w and "computed in full" in w for w in record["warnings"]), record["warnings"]
+
+
+def test_heun_serves_each_steps_first_evaluation_and_off_is_bit_identical(server):
+    """Split CFG with heun: each step's first evaluation per stream goes through the cache, the corrector's
+    through the model's own loop; the mask's step is cached, and caching off equals no node."""
+    *_, record = run(server, prompt(cfg=3.5, sampler="heun", cache=FAST, prefix="minimax_heun"))
+    assert record["cfg_mode"] == "split" and record["cached_steps"] == MASK_CACHED
+    evaluations = 2 * (2 * STEPS - 1)   # heun's last step has no corrector
+    assert record["calls"] == evaluations and record["extra_calls"] == evaluations - 2 * STEPS
+    plain = run(server, prompt(cfg=3.5, sampler="heun", prefix="minimax_heun_plain"))
+    off = run(server, prompt(cfg=3.5, sampler="heun", cache=OFF, prefix="minimax_heun_off"))
+    assert torch.equal(off[0], plain[0]) and torch.equal(off[1], plain[1])
+
+
+@pytest.fixture(scope="module")
+def lora(server):
+    """A rank-4 LoRA on every block's attention and MLP output in MiniMax H3's native key names."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    checkpoint = server.base_dir / "models" / "diffusion_models" / SPEC.model
+    generator = torch.Generator().manual_seed(13)
+    weights = {}
+    with safe_open(str(checkpoint), "pt") as stored:
+        for name in LORA_LAYERS:
+            rows, cols = stored.get_slice(f"{name}.weight").get_shape()
+            scale = (0.5 / cols ** 0.5) ** 0.5
+            weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
+            weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
+    name = "minimax_h3_test_lora.safetensors"
+    save_file(weights, str(server.base_dir / "models" / "loras" / name))
+    return name
+
+
+@pytest.fixture(scope="module")
+def eager(server):
+    """CFG 1 with the mask, no LoRA, not compiled: (video, audio, record)."""
+    return run(server, prompt(cache=FAST, prefix="minimax_eager"))
+
+
+def test_a_lora_in_native_keys_changes_video_and_audio_and_the_mask_still_caches(server, eager, lora):
+    reference_video, reference_audio, _ = eager
+    start = len(server.log_text())
+    video, audio, record = run(server, with_lora(prompt(cache=FAST, prefix="minimax_lora"), lora, 1.0, "lora_first"))
+    check_record(record, calls=STEPS, mode="none")
+    assert not torch.equal(video, reference_video) and not torch.equal(audio, reference_audio)
+    assert "lora key not loaded" not in server.log_text()[start:]
+
+
+def test_torch_compile_model_before_the_node_caches_the_same_steps(server, eager):
+    reference_video, reference_audio, eager_record = eager
+    compile_node = {"class_type": "TorchCompileModel", "inputs": {"backend": "inductor"}}
+    video, audio, record = run(server, after_loader(prompt(cache=FAST, prefix="minimax_compiled"), "20", compile_node),
+                               timeout=900)
+    check_record(record, calls=STEPS, mode="none")
+    assert record["block_evals"] == eager_record["block_evals"]
+    for compiled, reference in ((video, reference_video), (audio, reference_audio)):
+        assert float((compiled - reference).norm() / reference.norm()) < 1e-3
+
+
+def test_two_devices_cache_one_stream_each(server):
+    """ComfyUI's multi-GPU CFG split applies: the conds never batch, so each device copy runs one stream;
+    caching off equals the two-device graph without the node, and the mask caches on both."""
+    def two_devices(cache, prefix):
+        return after_loader(prompt(cfg=3.5, cache=cache, prefix=prefix), "20",
+                            {"class_type": "Krea2TestMultiGPU", "inputs": {}})
+
+    plain_video, plain_audio, _ = run(server, two_devices(None, "minimax_mgpu_plain"))
+    off_video, off_audio, off = run(server, two_devices(OFF, "minimax_mgpu_off"))
+    assert off["device_count"] == 2 and off["cached_steps"] == []
+    assert torch.equal(off_video, plain_video) and torch.equal(off_audio, plain_audio)
+    *_, record = run(server, two_devices(FAST, "minimax_mgpu_fast"))
+    devices = {d["device"]: d for d in record["devices"]}
+    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == SPEC.name
+    for label, branch in (("cpu", 0), ("cpu:1", 1)):
+        assert devices[label]["cached_steps"] == MASK_CACHED
+        assert {tuple(entry[1]) for entry in devices[label]["call_log"]} == {(branch,)}
+    assert record["cached_steps"] == MASK_CACHED and record["cfg_mode"] == "split"
+
+
+def test_the_spectrum_node_forecasts_the_hidden_state_both_outputs_read(server):
+    """turbo_5_of_8, split CFG: steps 2, 4 and 6 forecast per stream, each a call that runs no block; the
+    final layer reads the forecast hidden state of the whole sequence, so video and audio are both served."""
+    from test_forecast_comfyui import check_forecast
+
+    video, audio, record = run(server, with_forecast(prompt(cfg=3.5, steps=8, cache={}, prefix="minimax_spectrum")))
+    check_forecast(record, FAMILY, calls_per_step=2)
+    assert (record["cfg_mode"], sorted(s["branches"] for s in record["streams"])) == ("split", [[0], [1]])
+    assert torch.isfinite(video).all() and torch.isfinite(audio).all()
