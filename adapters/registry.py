@@ -214,6 +214,24 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         modulation=BlockModulation(table="distilled_guidance_layer", slicer="get_modulations", kwarg="vec"),
         skip_lists=("skip_mmdit", "skip_dit"),
     ),
+    # MiniMax H3 (audio + video): one packed sequence [text | keyframe / reference rows | audio | video]
+    # of shape (tokens, width), with no batch dimension (the model refuses a batch above 1; ComfyUI never
+    # batches its conds: each carries its own packed layout, which no other cond's equals). The model is
+    # called with a list of latents [video, audio]. Its blocks take (h, t_emb, mod_segments, rope_freqs,
+    # transformer_options=...) positionally, add their attention and MLP outputs into h in place, and are
+    # told no block index; the loop applies ``patches_replace`` "dit" replacements by block index.
+    # ``final_layer(h, t_emb, video_seg, audio_seg)`` reads both outputs from the one h. Fn's residual is
+    # on the whole packed sequence: text, condition, audio and video tokens together.
+    TransformerFamily(
+        name="MiniMax H3 (ComfyUI native)",
+        model="MiniMax H3",
+        class_path="comfy.ldm.minimax.model.MiniMaxH3Model",
+        block_lists=(BlockList("blocks", "Pattern_3", adds_in_place=True),),
+        check_forward_pattern=False,
+        match_subclasses=False,
+        loop_patches=("patches_replace.dit",),
+        final_layer="final_layer",
+    ),
 )
 
 

@@ -89,3 +89,12 @@ def family_prompt(family: str, *, cache: dict | None = None, node: str | None = 
     if cache is not None:
         prompt["5"]["class_type"] = node or spec.node
     return prompt
+
+# MiniMax H3: 4 blocks 64 wide, text width 32; a 64x64, 5-frame audio-video latent (8 video tokens and
+# 16 audio tokens after the 8 text tokens in one packed sequence). Its own tests: the sampler's latent is
+# a video and an audio latent, saved apart (tests/test_families_minimax_comfyui.py).
+FAMILIES["minimax_h3"] = FamilySpec(
+    FAMILY_MODELS["minimax_h3"], "MiniMax H3 (ComfyUI native)", 4, 32, {
+        "class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 64, "height": 64, "length": 5}},
+    own_tests="test_families_minimax_comfyui.py")
+SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]

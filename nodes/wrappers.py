@@ -275,7 +275,8 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     run = _active_runs.get(id(executor.class_obj))
     if run is None:  # not sampling with this node, or another copy of the model (keyed by module)
         return executor(*args, **kwargs)
-    if options.get("sigmas") is None or not args or not torch.is_tensor(args[0]):
+    latents = _latents(args[0]) if args else None
+    if options.get("sigmas") is None or latents is None:
         with run.uncached():  # a caller outside a sampler step: nothing to cache against
             return executor(*args, **kwargs)
     family = run.target.family
@@ -293,9 +294,20 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
                       f"full: the model skips them in its own loop, which the cache replaces.")
         with run.uncached():
             return executor(*args, **kwargs)
-    x = args[0]
+    x = latents[0]
     branches = options.get("cond_or_uncond") or [0] * x.shape[0]
-    shapes = [tuple(a.shape) for a in args[:3] if torch.is_tensor(a)]
+    # Every latent's shape (an audio-video model's video and audio), then the timestep's and context's.
+    shapes = [tuple(a.shape) for a in (*latents, *args[1:3]) if torch.is_tensor(a)]
     text = conditioning_identity.call_identity(options, args)
     with run.model_call(options["sigmas"], branches, shapes, device=x.device, text=text):
         return executor(*args, **kwargs)
+
+
+def _latents(x) -> list[torch.Tensor] | None:
+    """The latents of a model call: one tensor, or the list ComfyUI hands a model that samples several at
+    once (its ``latent_shapes``: MiniMax H3's [video, audio]); None when the input is neither."""
+    if torch.is_tensor(x):
+        return [x]
+    if isinstance(x, (list, tuple)) and x and all(torch.is_tensor(item) for item in x):
+        return list(x)
+    return None
