@@ -7,12 +7,15 @@ Comfy-Org files are replaced:
 - diffusion model: the tiny generated Krea-2 (native single file, ``krea2_prompts.TINY_MODEL``),
   read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike; for another family's example, that
   family's test checkpoint (``family_prompts.FAMILIES``);
-- text encoder: Qwen3-VL-4B (Qwen3-4B for Z-Image) cannot shrink, so ``CLIPLoader`` is dropped and
-  each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny model's width;
+- text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader`` or
+  ``DualCLIPLoader`` is dropped and each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny
+  model's width (with Flux.1's pooled vector when asked);
 - VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
   base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
-  exactly as it detects ``qwen_image_vae.safetensors``;
-- resolution: 64x64. Steps, CFG, sampler and every Cache-DiT setting stay as shipped.
+  exactly as it detects ``qwen_image_vae.safetensors``; or a decoder-only Flux VAE (``ae.safetensors``)
+  or Flux.2 VAE (``flux2-vae.safetensors``), ``TINY_VAES``;
+- resolution: 64x64. CFG, sampler and every Cache-DiT setting stay as shipped; steps too, unless the
+  test asks for fewer (``steps``).
 
 Used by tests/test_example_workflows.py (every example) and tests/test_manager_install.py
 (the Turbo template of the pack as ComfyUI-Manager installed it).
