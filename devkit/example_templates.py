@@ -68,7 +68,8 @@ FAMILY_TEMPLATES = {
                                  f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors")),
         clip_type="flux", vae_file=split_file("Comfy-Org/Lumina_Image_2.0_Repackaged", "vae", "ae.safetensors"),
         steps=20, cfg=1.0, guidance=3.5,
-        recipe="Comfy-Org's Flux.1 dev template: 20 steps, CFG 1 with FluxGuidance 3.5, euler, simple.",
+        recipe=("Comfy-Org's Flux.1 dev template: 20 steps, CFG 1, guidance 3.5 (its template sets it in "
+                "CLIPTextEncodeFlux; here FluxGuidance), euler, simple."),
         evidence=("cache-dit's own figures for FLUX.1-dev (diffusers, 50 steps, DrawBench, NVIDIA L20): its "
                   "F1B0 W4 MC6 R0.24 (the defaults here but 6 cached steps in a row instead of 3) at 3.94x "
                   "fewer TFLOPs, ImageReward 0.9997 against 0.9898 uncached. Theirs, not measured in ComfyUI.")),
