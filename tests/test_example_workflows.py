@@ -1,9 +1,10 @@
 """The shipped example workflows: valid against the real server's /object_info, and runnable.
 
-Each example is converted to an API prompt and run on the CPU with the small
-stand-ins of tests/example_stand_ins.py (tiny Krea-2, or the shallow Z-Image for the Z-Image
-example; test conditioning instead of the 4B text encoder, a tiny Wan 2.1 VAE, 64x64); steps,
-CFG, sampler and every Cache-DiT setting stay as shipped.
+Each example is converted to an API prompt and run on the CPU with the small stand-ins of
+tests/example_stand_ins.py (tiny Krea-2, or the family's test checkpoint for another family's example; test
+conditioning instead of the text encoders, a tiny VAE of the example's kind, 64x64); CFG, sampler and every
+Cache-DiT setting stay as shipped, and so do the steps but for a family whose calls are slow even when tiny
+(``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from comfy_harness import PACK_DIR_NAME
 from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
 from example_stand_ins import TEST_SIZE, example_prompt, run_example, saved_images, saved_rgb, write_tiny_vae
+from example_templates import FAMILY_TEMPLATES, FamilyTemplate
 from family_prompts import FAMILIES
 from krea2_prompts import TINY_MODEL
 
@@ -32,17 +34,24 @@ def nodes_of_type(path: Path, node_type: str) -> list[dict]:
 
 CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 
-# Model-file widgets hold Comfy-Org's file names (the server here has none of those files), each
-# downloadable from its Comfy-Org repository.
+# Model-file widgets hold Comfy-Org's file names (the server here has none of those files), each with the URL
+# it downloads from (the editor offers the download from the node's properties.models).
 KREA2_ORG = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main/"
 ZIMAGE_ORG = "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/"
-MODEL_FILES = {
-    "krea2_turbo_bf16.safetensors": KREA2_ORG, "krea2_raw_bf16.safetensors": KREA2_ORG,
-    "qwen3vl_4b_bf16.safetensors": KREA2_ORG, "qwen_image_vae.safetensors": KREA2_ORG,
-    "z_image_turbo_bf16.safetensors": ZIMAGE_ORG, "qwen_3_4b.safetensors": ZIMAGE_ORG, "ae.safetensors": ZIMAGE_ORG,
-}
+KREA2_TEXT_AND_VAE = {name: f"{KREA2_ORG}{directory}/{name}" for name, directory in (
+    ("qwen3vl_4b_bf16.safetensors", "text_encoders"), ("qwen_image_vae.safetensors", "vae"))}
+TURBO_FILES = {"krea2_turbo_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_turbo_bf16.safetensors",
+               **KREA2_TEXT_AND_VAE}
+RAW_FILES = {"krea2_raw_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_raw_bf16.safetensors",
+             **KREA2_TEXT_AND_VAE}
+ZIMAGE_FILES = {name: f"{ZIMAGE_ORG}{directory}/{name}" for name, directory in (
+    ("z_image_turbo_bf16.safetensors", "diffusion_models"), ("qwen_3_4b.safetensors", "text_encoders"),
+    ("ae.safetensors", "vae"))}
 MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"), ("CLIPLoader", "clip_name"),
-                 ("VAELoader", "vae_name")}
+                 ("DualCLIPLoader", "clip_name1"), ("DualCLIPLoader", "clip_name2"), ("VAELoader", "vae_name")}
+CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
+# What may sit between the model loader and the cache node: the family's sampling shift.
+MODEL_PATCHES = {"ModelSamplingAuraFlow", "ModelSamplingSD3", "ModelSamplingFlux"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +61,7 @@ class Example:
     steps: int
     cfg: float
     family: str                      # the model family in the stats
+    files: dict                      # file name -> the URL it downloads from, for every model file it loads
     sampler: str = "euler"
     scheduler: str = "simple"
     clip_type: str = "krea2"
@@ -59,18 +69,31 @@ class Example:
     loader: str = "UNETLoader"
     stand_in: str = "krea2"          # the tiny model it runs on here: "krea2" or a family of family_prompts
     vae: str = "wan21"               # the kind of tiny VAE that stands in for its VAE (example_stand_ins)
+    cache: dict = dataclasses.field(default_factory=dict)   # cache settings that differ from the defaults
+    stand_in_steps: int | None = None   # the steps its stand-in samples, when not the example's own
+
+    @classmethod
+    def of(cls, t: FamilyTemplate) -> Example:
+        """A family's compare template (devkit/example_templates.py), as this test expects it."""
+        files = {f.name: f.url for f in (t.model, *t.text_encoders, t.vae_file)}
+        return cls(t.steps, t.cfg, t.family, files, sampler=t.sampler, scheduler=t.scheduler, clip_type=t.clip_type,
+                   cache_node="CacheDiTDBCache", stand_in=t.stand_in, vae=t.vae, cache=dict(t.cache),
+                   stand_in_steps=t.stand_in_steps)
 
 
 KREA2 = "Krea-2 (ComfyUI native)"
 EXPECTED = {
-    "krea2_turbo_cachedit.json": Example(8, 1.0, KREA2),
-    "krea2_raw_cachedit.json": Example(52, 3.5, KREA2),
-    "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", loader="Krea2DiffusersLoader"),
-    "krea2_turbo_compare.json": Example(8, 1.0, KREA2),
+    "krea2_turbo_cachedit.json": Example(8, 1.0, KREA2, TURBO_FILES),
+    "krea2_raw_cachedit.json": Example(52, 3.5, KREA2, RAW_FILES),
+    "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", TURBO_FILES,
+                                             loader="Krea2DiffusersLoader"),
+    "krea2_turbo_compare.json": Example(8, 1.0, KREA2, TURBO_FILES),
     # Z-Image Turbo's usual recipe: 9 steps at CFG 1, res_multistep, ModelSamplingAuraFlow shift 3.
-    "zimage_turbo_compare.json": Example(9, 1.0, "Z-Image / Lumina 2 (ComfyUI native)", sampler="res_multistep",
-                                         clip_type="lumina2", cache_node="CacheDiTDBCache", stand_in="zimage",
-                                         vae="flux"),
+    "zimage_turbo_compare.json": Example(9, 1.0, "Z-Image / Lumina 2 (ComfyUI native)", ZIMAGE_FILES,
+                                         sampler="res_multistep", clip_type="lumina2", cache_node="CacheDiTDBCache",
+                                         stand_in="zimage", vae="flux"),
+    # Every other family's compare template: one entry each in devkit/example_templates.py.
+    **{name: Example.of(template) for name, template in FAMILY_TEMPLATES.items()},
 }
 CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache"}
 CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.24,
@@ -142,11 +165,13 @@ def test_example_matches_object_info(path, object_info):
             where = f"{path.name} node {node['id']} ({node['type']}).{name} = {value!r}"
             kind, opts = specs[name]
             if (node["type"], name) in MODEL_WIDGETS:
-                assert value in MODEL_FILES, where
+                files = EXPECTED[path.name].files
+                assert value in files, where
                 # The editor offers the download from properties.models when the file is missing.
                 models = {m["name"]: m for m in node["properties"].get("models", [])}
                 assert value in models, where
-                assert models[value]["url"] == f"{MODEL_FILES[value]}{models[value]['directory']}/{value}", where
+                assert models[value]["url"] == files[value], where
+                assert models[value]["url"].endswith(f"/{value}"), where
             elif kind == "COMBO":
                 assert value in opts["options"], f"{where} not in {opts['options']}"
             elif kind in ("INT", "FLOAT"):
@@ -182,20 +207,29 @@ def test_example_settings(path, object_info):
         values = {k: v[0] for k, v in widget_values(sampler, object_info["KSampler"]).items()}
         recipe = (values["steps"], values["cfg"], values["sampler_name"], values["scheduler"])
         assert recipe == (example.steps, example.cfg, example.sampler, example.scheduler), f"KSampler {sampler['id']}"
-    for loader in nodes_of(workflow, "CLIPLoader"):
-        assert widget_values(loader, object_info["CLIPLoader"])["type"][0] == example.clip_type
+    loaders = [loader for kind in CLIP_LOADERS for loader in nodes_of(workflow, kind)]
+    assert loaders
+    for loader in loaders:
+        assert widget_values(loader, object_info[loader["type"]])["type"][0] == example.clip_type
+    # Every model file it loads is one of its files, and its note links each of them.
+    loaded = {value for node in workflow["nodes"] if node["type"] not in UI_ONLY_TYPES
+              for name, (value, _) in widget_values(node, object_info[node["type"]]).items()
+              if (node["type"], name) in MODEL_WIDGETS}
+    assert loaded == set(example.files), (loaded, example.files)
+    notes = " ".join(node["widgets_values"][0] for node in nodes_of(workflow, "MarkdownNote"))
+    assert all(f"[{name}]({url})" in notes for name, url in example.files.items()), notes
     assert [n["type"] for n in workflow["nodes"] if n["type"] in CACHE_NODES] == [example.cache_node]
     (cache,) = nodes_of(workflow, example.cache_node)
     cache_info = object_info[example.cache_node]
     values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
     defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
-    assert values == defaults
+    assert values == defaults | example.cache
     # The cache node sits between the model loader and one sampler.
     prompt = to_api_prompt(workflow, object_info)
     cached = [s for s in samplers if prompt[str(s["id"])]["inputs"]["model"][0] == str(cache["id"])]
     assert len(cached) == 1, "exactly one KSampler samples through the Cache-DiT node"
     upstream = prompt[str(cache["id"])]["inputs"]["model"][0]
-    while prompt[upstream]["class_type"] == "ModelSamplingAuraFlow":  # Z-Image's shift sits before the cache
+    while prompt[upstream]["class_type"] in MODEL_PATCHES:  # a family's shift sits before the cache
         upstream = prompt[upstream]["inputs"]["model"][0]
     assert prompt[upstream]["class_type"] == example.loader
 
@@ -248,18 +282,23 @@ def stand_in(example: Example, request) -> tuple:
     if example.stand_in == "krea2":
         return request.getfixturevalue("comfy_server"), TINY_MODEL, request.getfixturevalue("tiny_shape").context_features
     spec = FAMILIES[example.stand_in]
-    return request.getfixturevalue("family_server"), spec.model, spec.context_features
+    # A family with tests of its own has its checkpoint written only when one asks for it (conftest).
+    server = request.getfixturevalue(f"{example.stand_in}_server" if spec.own_tests else "family_server")
+    return server, spec.model, spec.context_features
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     example = EXPECTED[path.name]
     server, model, context_features = stand_in(example, request)
+    pooled = FAMILIES[example.stand_in].pooled_features
     prompt = example_prompt(load(path), object_info, vae_name=write_tiny_vae(comfy_root, server.base_dir, example.vae),
-                            model=model, context_features=context_features, prefix=f"examples/{path.stem}")
+                            model=model, context_features=context_features, pooled_features=pooled,
+                            prefix=f"examples/{path.stem}", steps=example.stand_in_steps)
     _, entry, run = run_example(server, prompt)
     summary = (run["status"], run["steps"], run["cfg"], run["settings"], run["model"])
-    assert summary == ("ok", example.steps, example.cfg, CACHE_DEFAULTS, example.family)
+    steps = example.stand_in_steps or example.steps
+    assert summary == ("ok", steps, example.cfg, CACHE_DEFAULTS | example.cache, example.family)
     saved = saved_images(server, prompt, entry)
     compared = [check_compare_outputs(server, prompt, entry, compare_id, saved)
                 for compare_id in [n for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"]]
