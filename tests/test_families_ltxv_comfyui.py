@@ -16,6 +16,7 @@ a 9-frame 64x64 video from ``EmptyLTXVLatentVideo`` with the conditioning throug
 - TorchCompileModel before the node caches the same steps;
 - two devices (one list: the shared decision works): off bit-identical, the mask cached on both;
 - the Spectrum node: its preset's steps forecast, a forecast call running no block.
+- LTX-2 (`LTXAVModel`, a subclass with a loop of its own) refused, naming the classes supported.
 """
 
 from __future__ import annotations
@@ -250,3 +251,37 @@ def test_the_spectrum_node_forecasts_its_presets_steps(ltxv_server):
     _, record = latent_and_record(ltxv_server, graph)
     check_forecast(record, FAMILY, calls_per_step=1)
     assert (record["cfg_mode"], len(record["streams"])) == ("none", 1)
+
+
+_LTX2_SCRIPT = """
+import sys
+pack = sys.argv[-1]
+sys.argv = ["ltx2_refused", "--cpu"]
+import comfy.options
+comfy.options.enable_args_parsing()
+import comfy.cli_args, comfy.ops
+sys.path.insert(0, pack)
+from comfy.ldm.lightricks.av_model import LTXAVModel
+from adapters.registry import UnsupportedModelError, resolve
+try:
+    resolve(LTXAVModel(num_layers=1, device="meta", operations=comfy.ops.disable_weight_init))
+    print("ACCEPTED")
+except UnsupportedModelError as error:
+    print("REFUSED", error)
+"""
+
+
+def test_ltx_2_a_subclass_with_a_loop_of_its_own_is_refused_naming_ltxv(comfy_root):
+    """LTX-2's blocks take and return a (video, audio) pair and its loop switches blocks by index
+    (``stg_self_attn_blocks``): ComfyUI's own ``LTXAVModel``, built on the meta device, is not LTXV's family."""
+    import subprocess
+    from pathlib import Path
+
+    from comfy_harness import comfyui_python
+
+    pack = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([comfyui_python(comfy_root), "-c", _LTX2_SCRIPT, pack], cwd=comfy_root,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("REFUSED") and "LTXAVModel" in done.stdout and "[LTXVModel]" in done.stdout, \
+        done.stdout
