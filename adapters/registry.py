@@ -232,6 +232,23 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         loop_patches=("patches_replace.dit",),
         final_layer="final_layer",
     ),
+    # LTXV (LTX-Video 0.9.x, ComfyUI's ``LTXVModel``): one list of blocks that take the video tokens
+    # first and the rest by keyword (``block(x, context=..., timestep=..., pe=..., ...)``), add into
+    # them in place (``x += attn(...)``, ``x.addcmul_``) and return them; Fn's residual is on the video
+    # tokens. The loop tells the blocks no index (it writes none into their options), and replaces
+    # ``("double_block", i)`` through ``patches_replace["dit"]``. ``norm_out`` takes the last block's
+    # output (the step's scale and shift come after it). LTX-2 (``LTXAVModel``) subclasses it with an
+    # audio stream and a loop of its own.
+    TransformerFamily(
+        name="LTXV (ComfyUI native)",
+        model="LTXV",
+        class_path="comfy.ldm.lightricks.model.LTXVModel",
+        block_lists=(BlockList("transformer_blocks", "Pattern_3", adds_in_place=True),),
+        check_forward_pattern=False,
+        match_subclasses=False,
+        loop_patches=("patches_replace.dit",),
+        final_layer="norm_out",
+    ),
 )
 
 

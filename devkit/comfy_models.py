@@ -90,6 +90,13 @@ elif family == "chroma":
                    qkv_bias=True, in_dim=64, out_dim=3072, hidden_dim=5120, n_layers=5, txt_ids_dims=[],
                    vec_in_dim=None, device="meta", operations=comfy.ops.disable_weight_init)
     expected, dtype = "Chroma", torch.bfloat16
+elif family == "ltxv":
+    from comfy.ldm.lightricks.model import LTXVModel
+    # Narrow: ComfyUI 0.33 fixes 32 heads and reads their width (attn2.to_k rows // 32) and the context
+    # width from the shapes: 32 heads of 4 (width 128), 4 blocks; the caption projection takes 4096.
+    model = LTXVModel(in_channels=128, cross_attention_dim=128, attention_head_dim=4, num_attention_heads=32,
+                      caption_channels=4096, num_layers=4, device="meta", operations=comfy.ops.disable_weight_init)
+    expected, dtype = "LTXV", torch.float32
 else:
     from comfy.ldm.lumina.model import NextDiT
     # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks): shallow instead.
@@ -135,13 +142,14 @@ FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.s
                  "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors",
                  "qwen_image": "qwen_image_shallow.safetensors",
                  "flux1": "flux1_tiny.safetensors", "flux2": "flux2_tiny.safetensors",
-                 "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_shallow.safetensors"}
+                 "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_shallow.safetensors",
+                 "ltxv": "ltxv_tiny.safetensors"}
 
 
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
     Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
-    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16)."""
+    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16), "ltxv" LTXV (4 blocks, width 128)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
                    check=True, capture_output=True, timeout=900)
     return path

@@ -68,6 +68,11 @@ FAMILIES = {
     "chroma": FamilySpec(FAMILY_MODELS["chroma"], CHROMA, 4, 64, {
         "class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}},
         lists=(("double", 2), ("single", 2)), own_tests="test_families_chroma_comfyui.py"),
+    # LTXV: 4 blocks 128 wide on a 64x64, 9-frame video latent (128 channels, 2 latent frames of 2x2),
+    # the caption projection taking 4096; its own tests, with ComfyUI's LTXV nodes.
+    "ltxv": FamilySpec(FAMILY_MODELS["ltxv"], "LTXV (ComfyUI native)", 4, 4096, {
+        "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},
+        own_tests="test_families_ltxv_comfyui.py"),
 }
 # The families the shared family checks run on (the others have ``own_tests``).
 SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]

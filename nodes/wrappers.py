@@ -242,11 +242,16 @@ def _report_steps_to(clock, args: list, kwargs: dict):
         original, kwargs["callback"] = kwargs.get("callback"), on_step
 
 
-def _transformer_options(args, kwargs) -> dict:
+def _transformer_options(executor, args, kwargs) -> dict:
+    """The call's transformer options: by keyword, last in ``args`` (most models), or at their place in the
+    model's signature (LTXV passes them positionally, before ``keyframe_idxs``)."""
     options = kwargs.get("transformer_options")
     if isinstance(options, dict):
         return options
-    return args[-1] if args and isinstance(args[-1], dict) else {}
+    if args and isinstance(args[-1], dict):
+        return args[-1]
+    options = _call_arguments(executor, args, kwargs).get("transformer_options")
+    return options if isinstance(options, dict) else {}
 
 
 def _call_arguments(executor, args, kwargs) -> dict:
@@ -271,7 +276,7 @@ def _signature(function) -> inspect.Signature:
 # state), and compiles the model call it makes.
 @torch.compiler.disable(recursive=False)
 def diffusion_model_wrapper(executor, *args, **kwargs):
-    options = _transformer_options(args, kwargs)
+    options = _transformer_options(executor, args, kwargs)
     run = _active_runs.get(id(executor.class_obj))
     if run is None:  # not sampling with this node, or another copy of the model (keyed by module)
         return executor(*args, **kwargs)

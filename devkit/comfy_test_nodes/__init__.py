@@ -77,14 +77,17 @@ class Krea2TestConditioning:
         }, "optional": {
             "nonce": ("INT", {"default": 0, "min": 0, "max": 2**62}),
             "pooled_features": ("INT", {"default": 0, "min": 0, "max": 1 << 16}),
+            "attention_mask": ("BOOLEAN", {"default": False}),
         }}
 
-    def make(self, seed, tokens, features, nonce=0, pooled_features=0):
+    def make(self, seed, tokens, features, nonce=0, pooled_features=0, attention_mask=False):
         generator = torch.Generator().manual_seed(seed)
         context = torch.randn((1, tokens, features), generator=generator)
         extra = {}
         if pooled_features:  # Flux.1's CLIP-L pooled vector (its ``y``)
             extra["pooled_output"] = torch.randn((1, pooled_features), generator=generator)
+        if attention_mask:  # every token kept, as LTXV's T5 conditioning carries its mask
+            extra["attention_mask"] = torch.ones((1, tokens), dtype=torch.long)
         return ([[context, extra]],)
 
 
