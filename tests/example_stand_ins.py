@@ -6,7 +6,7 @@ Comfy-Org files are replaced:
 
 - diffusion model: the tiny generated Krea-2 (native single file, ``krea2_prompts.TINY_MODEL``),
   read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike; for another family's example, that
-  family's test checkpoint (``family_prompts.FAMILIES``);
+  family's test checkpoint (``family_prompts.FAMILIES``), and for Wan 2.2 A14B's two experts the tiny Wan pair;
 - text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader`` or
   ``DualCLIPLoader`` is dropped and each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny
   model's width (with Flux.1's pooled vector when asked);
