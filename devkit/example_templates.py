@@ -6,6 +6,9 @@ sampled with and without it, **Krea-2 Compare Images**, a note), and ``tests/tes
 checks the written file against the entry (files and links, recipe, CLIP type, cache settings) and runs it on
 the family's tiny stand-in (``stand_in``: a spec of ``devkit/family_prompts.py``; ``vae``: a stand-in of
 ``tests/example_stand_ins.py``). Adding a family's template: one entry here, then rerun the tool.
+
+A model split in two experts (Wan 2.2 A14B: ``low_noise``) gets a loader, a shift and a cache node per expert, and
+two KSamplerAdvanced per branch: the high-noise one from step 0 to ``split_step``, the low-noise one from there on.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import dataclasses
 from family_prompts import CHROMA, FLUX
 
 HF = "https://huggingface.co"
+WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +55,12 @@ class FamilyTemplate:
     recipe: str = ""                 # where the sampling recipe comes from (the note says it)
     evidence: str = ""               # whose evidence the cache settings rest on (the note says it)
     stand_in_steps: int | None = None   # steps the test's stand-in samples when not the template's (slow calls)
+    latent_size: dict = dataclasses.field(default_factory=lambda: {"width": 1024, "height": 1024})  # + batch 1
+    # A second expert (Wan 2.2 A14B's low-noise model): it samples from ``split_step`` on through its own cache
+    # node; ``low_noise_stand_in``: the comfy_models.FAMILY_MODELS checkpoint that stands in for it.
+    low_noise: ModelFile | None = None
+    split_step: int | None = None
+    low_noise_stand_in: str = ""
 
 
 NEGATIVE = "blurry, low quality, distorted, watermark, text"
@@ -114,4 +124,22 @@ FAMILY_TEMPLATES = {
         # Each Chroma call recomputes its 5-layer, 5120-wide modulation table (5-15 s a call on 2 CPU cores):
         # the stand-in samples 2 steps, enough to run the graph; caching on Chroma is its own tests' subject.
         stand_in_steps=2),
+    "wan22_t2v_compare.json": FamilyTemplate(
+        title="Wan 2.2 T2V A14B", family="Wan 2.1/2.2 (ComfyUI native)", stand_in="wan", vae="wan21",
+        model=split_file(WAN22, "diffusion_models", "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"),
+        low_noise=split_file(WAN22, "diffusion_models", "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors"),
+        text_encoders=(split_file("Comfy-Org/Wan_2.1_ComfyUI_repackaged", "text_encoders",
+                                  "umt5_xxl_fp8_e4m3fn_scaled.safetensors"),),
+        clip_type="wan", vae_file=split_file(WAN22, "vae", "wan_2.1_vae.safetensors"),
+        steps=20, cfg=3.5, shift=("ModelSamplingSD3", 8.0), negative=NEGATIVE, split_step=10,
+        latent="EmptyHunyuanLatentVideo", latent_size={"width": 832, "height": 480, "length": 81},
+        recipe=("Comfy-Org's Wan 2.2 14B text-to-video template: 20 steps, CFG 3.5, euler, simple, shift 8 on "
+                "both experts, the high-noise model for steps 0-10 and the low-noise one for 10-20 "
+                "(KSamplerAdvanced). Its video is 1280x704, 121 frames; here 832x480, 81 frames, since the "
+                "graph samples it twice. Each frame is saved as an image; for a video file, add CreateVideo "
+                "and SaveVideo after a VAE Decode."),
+        evidence=("Each expert gets its own cache node (the two are different models, and the record of each "
+                  "run is its own: the high-noise run's 10 steps, then the low-noise run's 10). "
+                  + NO_FIGURES.format(model="Wan 2.2")),
+        low_noise_stand_in="wan_low"),
 }

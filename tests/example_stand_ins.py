@@ -6,7 +6,7 @@ Comfy-Org files are replaced:
 
 - diffusion model: the tiny generated Krea-2 (native single file, ``krea2_prompts.TINY_MODEL``),
   read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike; for another family's example, that
-  family's test checkpoint (``family_prompts.FAMILIES``);
+  family's test checkpoint (``family_prompts.FAMILIES``), and for Wan 2.2 A14B's two experts the tiny Wan pair;
 - text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader`` or
   ``DualCLIPLoader`` is dropped and each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny
   model's width (with Flux.1's pooled vector when asked);
@@ -113,16 +113,19 @@ def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str
 
 
 def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
-                   prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, steps: int | None = None) -> dict:
+                   prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, steps: int | None = None,
+                   models: dict | None = None) -> dict:
     """The API prompt of an example workflow, with the stand-ins above (``model``: the tiny diffusion model;
-    ``pooled_features``: the width of the pooled vector its conditioning carries, Flux.1's; ``steps``: the
-    samplers' steps when not the example's own)."""
+    ``models``: file the example loads -> its stand-in, for an example with more than one diffusion model (Wan 2.2
+    A14B's two experts); ``pooled_features``: the width of the pooled vector its conditioning carries, Flux.1's;
+    ``steps``: the samplers' steps when not the example's own). A video latent gets one frame (one image a save)."""
     prompt = to_api_prompt(workflow, object_info)
     encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in ("CLIPLoader", "DualCLIPLoader")]
     for node_id, node in prompt.items():
         kind, inputs = node["class_type"], node["inputs"]
         if kind in ("UNETLoader", "Krea2DiffusersLoader"):
-            inputs["unet_name" if kind == "UNETLoader" else "model_name"] = model
+            name = "unet_name" if kind == "UNETLoader" else "model_name"
+            inputs[name] = models[inputs[name]] if models else model
         elif kind == "VAELoader":
             inputs["vae_name"] = vae_name
         elif kind == "CLIPTextEncode":
@@ -131,6 +134,8 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
         elif kind in ("EmptyLatentImage", "EmptySD3LatentImage", "EmptyFlux2LatentImage"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
+        elif kind == "EmptyHunyuanLatentVideo":
+            inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=1)
         elif kind == "KSampler" and steps is not None:
             inputs["steps"] = steps
         elif kind == "SaveImage":
@@ -174,14 +179,22 @@ def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, pr
 def run_example(server, prompt: dict) -> tuple[str, dict, dict]:
     """Queue the prompt, wait for it, check its saved images; returns (prompt_id, its history entry,
     the stats record of its Cache-DiT node). Fails when the run failed or left no record of its own."""
+    prompt_id, entry, records = run_example_nodes(server, prompt)
+    (record,) = records.values()
+    return prompt_id, entry, record
+
+
+def run_example_nodes(server, prompt: dict) -> tuple[str, dict, dict]:
+    """``run_example`` for an example with any number of Cache-DiT nodes: (prompt_id, its history entry,
+    {cache node id: the stats record of its own run in this prompt})."""
     prompt_id = server.queue(prompt)
     entry = server.wait(prompt_id, timeout=300)
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     check_saved_images(server, prompt, entry)
 
-    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] in ("Krea2CacheDiT", "CacheDiTDBCache")]
-    [record] = server.stats_for(prompt_id, cache_id)
-    return prompt_id, entry, record
+    cache_ids = [n for n, node in prompt.items() if node["class_type"] in ("Krea2CacheDiT", "CacheDiTDBCache")]
+    assert cache_ids, "no Cache-DiT node"
+    return prompt_id, entry, {cache_id: server.stats_for(prompt_id, cache_id)[0] for cache_id in cache_ids}
 
 
 def saved_rgb(server, image: dict):

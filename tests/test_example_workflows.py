@@ -4,7 +4,8 @@ Each example is converted to an API prompt and run on the CPU with the small sta
 tests/example_stand_ins.py (tiny Krea-2, or the family's test checkpoint for another family's example; test
 conditioning instead of the text encoders, a tiny VAE of the example's kind, 64x64); CFG, sampler and every
 Cache-DiT setting stay as shipped, and so do the steps but for a family whose calls are slow even when tiny
-(``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py.
+(``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py;
+Wan 2.2 A14B's samples two experts in turn (KSamplerAdvanced), each through its own cache node.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 from comfy_harness import PACK_DIR_NAME
 from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
-from example_stand_ins import TEST_SIZE, example_prompt, run_example, saved_images, saved_rgb, write_tiny_vae
+from comfy_models import FAMILY_MODELS
+from example_stand_ins import TEST_SIZE, example_prompt, run_example_nodes, saved_images, saved_rgb, write_tiny_vae
 from example_templates import FAMILY_TEMPLATES, FamilyTemplate
 from family_prompts import FAMILIES
 from krea2_prompts import TINY_MODEL
@@ -71,14 +73,29 @@ class Example:
     vae: str = "wan21"               # the kind of tiny VAE that stands in for its VAE (example_stand_ins)
     cache: dict = dataclasses.field(default_factory=dict)   # cache settings that differ from the defaults
     stand_in_steps: int | None = None   # the steps its stand-in samples, when not the example's own
+    # Two experts in turn (Wan 2.2 A14B): (high-noise file, low-noise file), the step the second takes over
+    # at, and file -> the checkpoint standing in for it.
+    experts: tuple[str, ...] = ()
+    split_step: int | None = None
+    stand_ins: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, t: FamilyTemplate) -> Example:
         """A family's compare template (devkit/example_templates.py), as this test expects it."""
-        files = {f.name: f.url for f in (t.model, *t.text_encoders, t.vae_file)}
+        low = (t.low_noise,) if t.low_noise else ()
+        files = {f.name: f.url for f in (t.model, *low, *t.text_encoders, t.vae_file)}
+        experts = tuple(f.name for f in (t.model, *low)) if low else ()
+        stand_ins = ({t.model.name: FAMILIES[t.stand_in].model, t.low_noise.name: FAMILY_MODELS[t.low_noise_stand_in]}
+                     if low else {})
         return cls(t.steps, t.cfg, t.family, files, sampler=t.sampler, scheduler=t.scheduler, clip_type=t.clip_type,
                    cache_node="CacheDiTDBCache", stand_in=t.stand_in, vae=t.vae, cache=dict(t.cache),
-                   stand_in_steps=t.stand_in_steps)
+                   stand_in_steps=t.stand_in_steps, experts=experts, split_step=t.split_step, stand_ins=stand_ins)
+
+    def stage_steps(self) -> list[tuple[int, int]]:
+        """(start, end) of the steps each expert samples, in turn; one model: all of them."""
+        if not self.experts:
+            return [(0, self.stand_in_steps or self.steps)]
+        return [(0, self.split_step), (self.split_step, self.steps)]
 
 
 KREA2 = "Krea-2 (ComfyUI native)"
@@ -96,6 +113,7 @@ EXPECTED = {
     **{name: Example.of(template) for name, template in FAMILY_TEMPLATES.items()},
 }
 CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache"}
+SAMPLERS = ("KSampler", "KSamplerAdvanced")
 CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.24,
                   "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
                   "max_continuous_cached_steps": 3, "calibrator": "none", "taylorseer_order": 1, "dmd_history": 6,
@@ -201,10 +219,12 @@ def test_example_settings(path, object_info):
     """The sampling recipe of each example, and Cache-DiT with its defaults (the reference settings)."""
     workflow = load(path)
     example = EXPECTED[path.name]
-    samplers = nodes_of(workflow, "KSampler")
+    samplers = [sampler for kind in SAMPLERS for sampler in nodes_of(workflow, kind)]
     assert samplers
+    # One model: KSampler; two experts in turn: KSamplerAdvanced with their start and end steps.
+    assert {sampler["type"] for sampler in samplers} == {"KSamplerAdvanced" if example.experts else "KSampler"}
     for sampler in samplers:
-        values = {k: v[0] for k, v in widget_values(sampler, object_info["KSampler"]).items()}
+        values = {k: v[0] for k, v in widget_values(sampler, object_info[sampler["type"]]).items()}
         recipe = (values["steps"], values["cfg"], values["sampler_name"], values["scheduler"])
         assert recipe == (example.steps, example.cfg, example.sampler, example.scheduler), f"KSampler {sampler['id']}"
     loaders = [loader for kind in CLIP_LOADERS for loader in nodes_of(workflow, kind)]
@@ -218,42 +238,63 @@ def test_example_settings(path, object_info):
     assert loaded == set(example.files), (loaded, example.files)
     notes = " ".join(node["widgets_values"][0] for node in nodes_of(workflow, "MarkdownNote"))
     assert all(f"[{name}]({url})" in notes for name, url in example.files.items()), notes
-    assert [n["type"] for n in workflow["nodes"] if n["type"] in CACHE_NODES] == [example.cache_node]
-    (cache,) = nodes_of(workflow, example.cache_node)
+    # A cache node per model: each expert's run is its own.
+    caches = nodes_of(workflow, example.cache_node)
+    assert [n["type"] for n in workflow["nodes"] if n["type"] in CACHE_NODES] == \
+        [example.cache_node] * len(example.stage_steps())
     cache_info = object_info[example.cache_node]
-    values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
     defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
-    assert values == defaults | example.cache
-    # The cache node sits between the model loader and one sampler.
     prompt = to_api_prompt(workflow, object_info)
-    cached = [s for s in samplers if prompt[str(s["id"])]["inputs"]["model"][0] == str(cache["id"])]
-    assert len(cached) == 1, "exactly one KSampler samples through the Cache-DiT node"
-    upstream = prompt[str(cache["id"])]["inputs"]["model"][0]
-    while prompt[upstream]["class_type"] in MODEL_PATCHES:  # a family's shift sits before the cache
-        upstream = prompt[upstream]["inputs"]["model"][0]
-    assert prompt[upstream]["class_type"] == example.loader
+    stages = []
+    for cache in caches:
+        values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
+        assert values == defaults | example.cache
+        # The cache node sits between the model loader and one sampler.
+        cached = [s for s in samplers if prompt[str(s["id"])]["inputs"]["model"][0] == str(cache["id"])]
+        assert len(cached) == 1, "exactly one sampler samples through each Cache-DiT node"
+        upstream = prompt[str(cache["id"])]["inputs"]["model"][0]
+        while prompt[upstream]["class_type"] in MODEL_PATCHES:  # a family's shift sits before the cache
+            upstream = prompt[upstream]["inputs"]["model"][0]
+        assert prompt[upstream]["class_type"] == example.loader
+        sampled = prompt[str(cached[0]["id"])]["inputs"]
+        steps = (sampled.get("start_at_step", 0), min(sampled.get("end_at_step", example.steps), example.steps))
+        stages.append((prompt[upstream]["inputs"].get("unet_name"), steps))
+    if example.experts:  # the high-noise expert first, then the low-noise one, each its own steps
+        assert sorted(stages, key=lambda stage: stage[1]) == list(zip(example.experts, example.stage_steps()))
 
 
 @pytest.mark.parametrize("path", COMPARE_EXAMPLES, ids=lambda p: p.stem)
 def test_compare_example_differs_only_by_the_cache_node(path, object_info):
-    """Two samplers, one through Cache-DiT: same model, conds, latent, seed and VAE, then compared."""
+    """Two branches, one through Cache-DiT: same model(s), conds, latent, seed and VAE, then compared. A branch
+    is one sampler, or one per expert in turn (Wan 2.2 A14B), each of the cached one through its own node."""
     prompt = to_api_prompt(load(path), object_info)
-    samplers = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] == "KSampler"}
-    cache_id = next(n for n, node in prompt.items() if node["class_type"] in CACHE_NODES)
-    (cached,) = [n for n, inputs in samplers.items() if inputs["model"][0] == cache_id]
-    (uncached,) = [n for n in samplers if n != cached]
-    assert samplers[uncached]["model"] == prompt[cache_id]["inputs"]["model"], "the uncached sampler skips the node"
-    assert {k: v for k, v in samplers[cached].items() if k != "model"} == \
-        {k: v for k, v in samplers[uncached].items() if k != "model"}
-    seed = samplers[cached]["seed"]
-    assert isinstance(seed, list) and prompt[seed[0]]["class_type"] == "PrimitiveInt", "one seed node for both"
-
+    samplers = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] in SAMPLERS}
+    caches = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] in CACHE_NODES}
     decoders = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] == "VAEDecode"}
-    assert sorted(d["samples"][0] for d in decoders.values()) == sorted([cached, uncached])
-    assert len({str(d["vae"]) for d in decoders.values()}) == 1, "one VAE decodes both"
     (compare,) = [node["inputs"] for node in prompt.values() if node["class_type"] == "Krea2CompareImages"]
-    sampled_by = {name: decoders[compare[name][0]]["samples"][0] for name in ("reference", "candidate")}
-    assert sampled_by == {"reference": uncached, "candidate": cached}
+
+    def branch(image: str) -> list[str]:
+        """The samplers that made a compared image, first to last."""
+        chain = [decoders[compare[image][0]]["samples"][0]]
+        while samplers[chain[0]]["latent_image"][0] in samplers:
+            chain.insert(0, samplers[chain[0]]["latent_image"][0])
+        return chain
+
+    cached, uncached = branch("candidate"), branch("reference")
+    assert len(cached) == len(uncached) == len(caches) and set(cached + uncached) == set(samplers)
+    assert samplers[cached[0]]["latent_image"] == samplers[uncached[0]]["latent_image"], "one empty latent"
+    for through, plain in zip(cached, uncached):
+        cache_id = samplers[through]["model"][0]
+        assert cache_id in caches, f"sampler {through} samples through a Cache-DiT node"
+        assert samplers[plain]["model"] == caches[cache_id]["model"], "the uncached sampler skips the node"
+        same = lambda inputs: {k: v for k, v in inputs.items() if k not in ("model", "latent_image")}  # noqa: E731
+        assert same(samplers[through]) == same(samplers[plain])
+        seed = samplers[through].get("seed", samplers[through].get("noise_seed"))
+        assert isinstance(seed, list) and prompt[seed[0]]["class_type"] == "PrimitiveInt", "one seed node for all"
+    assert len({samplers[n]["model"][0] for n in cached}) == len(caches), "a cache node per model"
+
+    assert sorted(d["samples"][0] for d in decoders.values()) == sorted([cached[-1], uncached[-1]])
+    assert len({str(d["vae"]) for d in decoders.values()}) == 1, "one VAE decodes both"
 
 
 def check_compare_outputs(server, prompt: dict, entry: dict, compare_id: str, saved: dict) -> dict:
@@ -294,13 +335,18 @@ def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     pooled = FAMILIES[example.stand_in].pooled_features
     prompt = example_prompt(load(path), object_info, vae_name=write_tiny_vae(comfy_root, server.base_dir, example.vae),
                             model=model, context_features=context_features, pooled_features=pooled,
-                            prefix=f"examples/{path.stem}", steps=example.stand_in_steps)
-    _, entry, run = run_example(server, prompt)
-    summary = (run["status"], run["steps"], run["cfg"], run["settings"], run["model"])
-    steps = example.stand_in_steps or example.steps
-    assert summary == ("ok", steps, example.cfg, CACHE_DEFAULTS | example.cache, example.family)
+                            prefix=f"examples/{path.stem}", steps=example.stand_in_steps, models=example.stand_ins)
+    _, entry, runs = run_example_nodes(server, prompt)
+    # Each cache node's record is its own run: its model's steps (an expert's share of them), in turn.
+    runs = sorted(runs.values(), key=lambda run: run["sigmas"][0], reverse=True)
+    summaries = [(run["status"], run["steps"], run["cfg"], run["settings"], run["model"]) for run in runs]
+    assert summaries == [("ok", end - start, example.cfg, CACHE_DEFAULTS | example.cache, example.family)
+                         for start, end in example.stage_steps()]
+    for earlier, later in zip(runs, runs[1:]):  # the low-noise run starts where the high-noise one stopped
+        assert earlier["sigmas"][-1] == pytest.approx(later["sigmas"][0])
     saved = saved_images(server, prompt, entry)
     compared = [check_compare_outputs(server, prompt, entry, compare_id, saved)
                 for compare_id in [n for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"]]
-    if run["cached_steps"]:  # served from the cache: the cached image cannot equal the uncached one
-        assert all(metrics["mae_255"] > 0 for metrics in compared), (run["cached_steps"], compared)
+    cached_steps = [run["cached_steps"] for run in runs]
+    if any(cached_steps):  # served from the cache: the cached image cannot equal the uncached one
+        assert all(metrics["mae_255"] > 0 for metrics in compared), (cached_steps, compared)

@@ -256,14 +256,20 @@ def file_ref(file: ModelFile) -> dict:
 
 
 def family_note(t: FamilyTemplate) -> str:
-    files = [t.model, *t.text_encoders, t.vae_file]
+    files = [t.model, *([t.low_noise] if t.low_noise else []), *t.text_encoders, t.vae_file]
     links = "\n".join(f"- `{f.directory}/`: [{f.name}]({f.url})" for f in files)
     changed = ", ".join(f"`{k}` {v}" for k, v in t.cache.items())
     settings = f"the node's defaults except {changed}" if changed else "the node's defaults"
+    if t.low_noise:
+        graph = ("Both branches share the two models, the prompts, the empty latent and the **Seed** node; each "
+                 "samples the high-noise model, then the low-noise one (two KSamplerAdvanced). The top branch samples "
+                 "each model through its own **Cache-DiT DBCache (any supported DiT)**, the bottom one without them. ")
+    else:
+        graph = ("Both KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
+                 "samples through **Cache-DiT DBCache (any supported DiT)**, the bottom one without it. ")
     return (
         f"## {t.title}: with and without Cache-DiT\n\n"
-        "Both KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one samples "
-        "through **Cache-DiT DBCache (any supported DiT)**, the bottom one without it. **Krea-2 Compare Images** "
+        f"{graph}**Krea-2 Compare Images** "
         "(it compares any two images) shows on the node how far the cached image is from the uncached one: MAE "
         "(0-255), PSNR (dB; identical images give 100 dB) and a heatmap of where they differ (black = identical). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
@@ -274,7 +280,10 @@ def family_note(t: FamilyTemplate) -> str:
 
 def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> dict:
     """A family's compare template (devkit/example_templates.py): one seed sampled with and without
-    CacheDiTDBCache, then compared; the cache node has the schema's defaults but ``template.cache``."""
+    CacheDiTDBCache, then compared; the cache node has the schema's defaults but ``template.cache``.
+
+    With ``template.low_noise`` (Wan 2.2 A14B) each branch samples two experts in turn with KSamplerAdvanced,
+    and the cached branch has a cache node per expert."""
     t = template
     cache_info = object_info["CacheDiTDBCache"]
     defaults = {n: opts["default"] for n, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
@@ -289,16 +298,13 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
                                                      "type": t.clip_type, "device": "default"}}
     prefix = name.removesuffix("_compare.json")
     nodes = [
-        {"id": 1, "type": "UNETLoader", "pos": [40, 40], "size": [380, 110],
-         "widgets": {"unet_name": t.model.name, "weight_dtype": "default"}, "models": [file_ref(t.model)]},
         {"id": 2, "pos": [40, 200], "size": [380, 130], "models": [file_ref(f) for f in t.text_encoders], **clip},
         {"id": 3, "type": "VAELoader", "pos": [40, 380], "size": [380, 60],
          "widgets": {"vae_name": t.vae_file.name}, "models": [file_ref(t.vae_file)]},
-        {"id": 4, "type": "CacheDiTDBCache", "pos": [460, 40], "size": [340, 370], "widgets": {**defaults, **t.cache}},
         {"id": 5, "type": "CLIPTextEncode", "title": "Positive Prompt", "pos": [460, 460], "size": [400, 180],
          "widgets": {"text": PROMPT}},
         {"id": 7, "type": t.latent, "pos": [460, 900], "size": [300, 110],
-         "widgets": {"width": 1024, "height": 1024, "batch_size": 1}},
+         "widgets": {**t.latent_size, "batch_size": 1}},
         {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
          "widgets": {"value": 42, "control_after_generate": "randomize"}},
         {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 560], "text": family_note(t)},
@@ -311,12 +317,28 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         nodes.append({"id": 6, "type": "CLIPTextEncode", "title": "Negative Prompt", "pos": [460, 690],
                       "size": [400, 120], "widgets": {"text": t.negative}})
         links.append((2, 0, 6, "clip"))
-    model = 1  # what both samplers' model comes from: the loader, or the shift after it
-    if t.shift is not None:
+
+    def expert(loader: int, shift_id: int, cache: int, file: ModelFile, y: int, title: str | None) -> int:
+        """Its loader, its shift (linked here) and its cache node; returns the node the model comes from (the
+        loader, or the shift after it), which feeds the cache node and the uncached sampler."""
+        nodes.append({"id": loader, "type": "UNETLoader", "pos": [40, y], "size": [380, 110],
+                      "widgets": {"unet_name": file.name, "weight_dtype": "default"}, "models": [file_ref(file)],
+                      **({"title": f"Load {title}"} if title else {})})
+        nodes.append({"id": cache, "type": "CacheDiTDBCache", "pos": [460, y], "size": [340, 370],
+                      "widgets": {**defaults, **t.cache}, **({"title": f"Cache-DiT ({title})"} if title else {})})
+        if t.shift is None:
+            return loader
         shift_type, shift = t.shift
-        nodes.append({"id": 18, "type": shift_type, "pos": [460, -80], "size": [300, 60], "widgets": {"shift": shift}})
-        links.append((1, 0, 18, "model"))
-        model = 18
+        nodes.append({"id": shift_id, "type": shift_type, "pos": [460, y - 120], "size": [300, 60],
+                      "widgets": {"shift": shift}})
+        links.append((loader, 0, shift_id, "model"))
+        return shift_id
+
+    if t.low_noise is None:
+        models = [(expert(1, 18, 4, t.model, 40, None), 4)]
+    else:
+        models = [(expert(1, 18, 4, t.model, 40, "high noise"), 4),
+                  (expert(20, 21, 22, t.low_noise, 480, "low noise"), 22)]
     positive = 5
     if t.guidance is not None:
         nodes.append({"id": 19, "type": "FluxGuidance", "pos": [460, 660], "size": [300, 60],
@@ -324,17 +346,46 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         links.append((5, 0, 19, "conditioning"))
         positive = 19
 
-    def sampler(node_id: int, pos: list[int], title: str) -> dict:
-        return {"id": node_id, "type": "KSampler", "title": title, "pos": pos, "size": [320, 270],
-                "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": t.steps, "cfg": t.cfg,
-                            "sampler_name": t.sampler, "scheduler": t.scheduler, "denoise": 1.0}}
+    def sampler(node_id: int, pos: list[int], title: str, stage: str | None = None) -> dict:
+        if stage is None:
+            return {"id": node_id, "type": "KSampler", "title": title, "pos": pos, "size": [320, 270],
+                    "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": t.steps, "cfg": t.cfg,
+                                "sampler_name": t.sampler, "scheduler": t.scheduler, "denoise": 1.0}}
+        high = stage == "high"
+        return {"id": node_id, "type": "KSamplerAdvanced", "title": title, "pos": pos, "size": [320, 340],
+                "widgets": {"add_noise": "enable" if high else "disable", "noise_seed": 42,
+                            "control_after_generate": "randomize", "steps": t.steps, "cfg": t.cfg,
+                            "sampler_name": t.sampler, "scheduler": t.scheduler,
+                            "start_at_step": 0 if high else t.split_step,
+                            "end_at_step": t.split_step if high else 10000,
+                            "return_with_leftover_noise": "enable" if high else "disable"}}
 
+    def sampled(node: int, model: int, latent: int, seed: str) -> list[tuple]:
+        return [(model, 0, node, "model"), (positive, 0, node, "positive"), (6, 0, node, "negative"),
+                (latent, 0, node, "latent_image"), (17, 0, node, seed)]
+
+    def branch(decode: int, save: int, samplers: list[int], through_cache: bool) -> list[tuple]:
+        """The links of one branch: its samplers in turn (each expert's), then its decode and save."""
+        seed = "seed" if t.low_noise is None else "noise_seed"
+        out, latent = [], 7
+        for node, (model, cache) in zip(samplers, models):
+            out += sampled(node, cache if through_cache else model, latent, seed)
+            latent = node
+        return [*out, (latent, 0, decode, "samples"), (3, 0, decode, "vae"), (decode, 0, save, "images")]
+
+    if t.low_noise is None:
+        cached, uncached = [8], [12]
+        nodes += [sampler(8, [900, 40], "KSampler (Cache-DiT)"), sampler(12, [900, 360], "KSampler (uncached)")]
+    else:
+        cached, uncached = [8, 23], [12, 24]
+        nodes += [sampler(8, [900, 40], "High noise (Cache-DiT)", "high"),
+                  sampler(23, [1240, 40], "Low noise (Cache-DiT)", "low"),
+                  sampler(12, [900, 420], "High noise (uncached)", "high"),
+                  sampler(24, [1240, 420], "Low noise (uncached)", "low")]
     nodes += [
-        sampler(8, [900, 40], "KSampler (Cache-DiT)"),
         {"id": 9, "type": "VAEDecode", "pos": [1260, 40], "size": [210, 50], "widgets": {}},
         {"id": 10, "type": "SaveImage", "title": "Cache-DiT", "pos": [1980, 40], "size": [400, 440],
          "widgets": {"filename_prefix": f"{prefix}_cachedit"}},
-        sampler(12, [900, 360], "KSampler (uncached)"),
         {"id": 13, "type": "VAEDecode", "pos": [1260, 360], "size": [210, 50], "widgets": {}},
         {"id": 14, "type": "SaveImage", "title": "Uncached", "pos": [1980, 520], "size": [400, 440],
          "widgets": {"filename_prefix": f"{prefix}_uncached"}},
@@ -343,13 +394,12 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
          "widgets": {"filename_prefix": f"{prefix}_difference"}},
     ]
     links += [
-        (model, 0, 4, "model"),
-        (4, 0, 8, "model"), (positive, 0, 8, "positive"), (6, 0, 8, "negative"), (7, 0, 8, "latent_image"),
-        (17, 0, 8, "seed"), (8, 0, 9, "samples"), (3, 0, 9, "vae"), (9, 0, 10, "images"),
-        (model, 0, 12, "model"), (positive, 0, 12, "positive"), (6, 0, 12, "negative"), (7, 0, 12, "latent_image"),
-        (17, 0, 12, "seed"), (12, 0, 13, "samples"), (3, 0, 13, "vae"), (13, 0, 14, "images"),
+        *[(model, 0, cache, "model") for model, cache in models],
+        *branch(9, 10, cached, True), *branch(13, 14, uncached, False),
         (13, 0, 15, "reference"), (9, 0, 15, "candidate"), (15, 0, 16, "images"),
     ]
+    order = [1, 20, 2, 3, 4, 22, 5, 7, 17, 11, 6, 18, 21, 19, 8, 23, 9, 10, 12, 24, 13, 14, 15, 16]
+    nodes.sort(key=lambda node: order.index(node["id"]))  # the order the editor runs and lists them in
     return build(name, nodes, links, object_info)
 
 
