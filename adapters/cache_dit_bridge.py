@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import types
 from typing import Callable
 
@@ -37,8 +36,9 @@ HOOKS = {
     "empty_block_lists": "models built with an empty block list (HunyuanVideo 1.5 has no single-stream blocks): "
                          "disable_cache walks every ModuleList attribute of the module (BlockAdapter.find_blocks) "
                          "and reads its first block, so the pack sets empty lists aside while cache-dit runs",
-    "decision_point": "multi-GPU sampling's one decision per step for all devices: the module's context manager "
-                      "answers can_cache once per block list and call, and the pack routes that answer",
+    "decision_point": "multi-GPU sampling's one decision per step and block list for all devices: the module's "
+                      "context manager answers can_cache once per block list and call, in that list's context (named "
+                      "in the module's context names, in list order), and the pack routes that answer",
 }
 
 
@@ -199,10 +199,18 @@ class CachedModule:
                 module.forward = patched_forward
 
     def route_decisions(self, decide: Callable[..., bool]) -> None:
-        """cache-dit's own per-list decision goes through ``decide(own_decision, *args, **kwargs)`` until
-        ``disable`` (HOOKS["decision_point"])."""
+        """cache-dit's own per-list decision goes through ``decide(own_decision, block_list, *args, **kwargs)``
+        until ``disable`` (HOOKS["decision_point"]); ``block_list`` is the position of the list whose
+        decision it is, in ``lists`` order."""
         manager = self.module._context_manager
-        manager.can_cache = functools.partial(decide, manager.can_cache)
+        lists = {name: position for position, name in enumerate(self.module._context_names)}
+        own = manager.can_cache
+
+        @torch.compiler.disable
+        def routed(*args, **kwargs):
+            return decide(own, lists[manager.current_context.name], *args, **kwargs)
+
+        manager.can_cache = routed
         self._manager = manager
 
     def restore_decisions(self) -> None:

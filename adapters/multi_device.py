@@ -1,4 +1,4 @@
-"""cache-dit on every device of a parallel sampling run, with one caching decision per step.
+"""cache-dit on every device of a parallel sampling run, with one caching decision per step and block list.
 
 Multi-GPU sampling keeps one copy of the transformer per device and, in every step, hands the
 conds to the devices in parallel threads (two devices and CFG: cond on one, uncond on the other).
@@ -7,14 +7,17 @@ cache-dit keeps its per-step state in the module it patches, so each copy gets i
 device is sent.
 
 The sampler waits for every device, so a step is only faster when every device serves it from
-the cache. ``StepConsensus`` makes that one decision: cache-dit asks ``can_cache`` once per call,
-after the Fn blocks; each device's first call of a step votes there with cache-dit's own answer,
-and the step is cached only if every device voted yes. A "no" decides at once; a "yes" waits for
-the other devices' votes. With a step mask all devices agree anyway; with the threshold the
-device whose residual changed most decides, the most conservative choice.
+the cache. ``StepConsensus`` makes that one decision: cache-dit asks ``can_cache`` once per call
+and block list (each list of the family is its own cache context, e.g. Flux's double- then
+single-stream blocks), after that list's Fn blocks; each device's first call of a step votes there
+with cache-dit's own answer, on a ballot of that step and list, and the list is cached in that step
+only if every device voted yes. A "no" decides at once; a "yes" waits for the other devices' votes.
+The lists decide apart, as on one device: in one step a family may skip one list's middle blocks on
+every device and compute the other's on every device. With a step mask all devices agree anyway;
+with the threshold the device whose residual changed most decides, the most conservative choice.
 
-Who votes in a step is who voted in the step before: the conds a device is sent stay the same
-from step to step unless the conds themselves change (e.g. a timestep range ends). A device that
+Who votes on a list in a step is who voted on it in the step before: the conds a device is sent stay
+the same from step to step unless the conds themselves change (e.g. a timestep range ends). A device that
 stops getting work is waited for once (``StepConsensus.wait_s``: ten times the longest gap
 between the devices' votes seen so far, at least ``MIN_WAIT_S``), and that step is computed
 everywhere (said in the record's warnings); a device that gets other work than before starts a
@@ -58,17 +61,12 @@ class DeviceModel:
     conds_per_step: int          # conds the device is expected to get per step (a hint; calls decide)
 
 
-def devices_refusal(devices: list[DeviceModel], shares_decisions: bool = True) -> str | None:
+def devices_refusal(devices: list[DeviceModel]) -> str | None:
     """Why these device copies cannot share one run (None: they can)."""
     seen: dict[int, str] = {}
     main = devices[0].target
     for device in devices:
         target = device.target
-        if shares_decisions and len(target.block_lists) > 1:
-            # The devices agree per step where cache-dit asks once per call; with several block
-            # lists it asks once per list, which that agreement does not cover.
-            return (f"Multi-GPU sampling of {target.family.name} (several block lists) is not supported by the "
-                    f"cache: this run was not cached.")
         if id(target.module) in seen:
             return (f"Multi-GPU sampling: {device.label} and {seen[id(target.module)]} share one copy of the model, "
                     f"and cache-dit keeps its state in the model: this run was not cached. Give every device its "
@@ -131,22 +129,27 @@ class _Ballot:
 
 
 class StepConsensus:
-    """Per step, the devices' votes on serving it from the cache: yes only if every device says yes."""
+    """Per step and block list, the devices' votes on serving it from the cache: yes only if every device says yes.
+
+    ``block_list`` names the list a vote is on (its attribute); None for a family with one list.
+    """
 
     def __init__(self, min_wait_s: float = MIN_WAIT_S):
         self.min_wait_s = min_wait_s
         self._longest_gap = 0.0
-        self._ballots: dict[int, _Ballot] = {}
+        self._ballots: dict[tuple[int, str | None], _Ballot] = {}
+        self._withdrawn: dict[int, set[str]] = {}
         self._changed = threading.Condition()
 
     @property
     def wait_s(self) -> float:
         return max(self.min_wait_s, WAIT_PER_GAP * self._longest_gap)
 
-    def vote(self, step: int, device: str, cache: bool) -> bool:
-        """``device``'s call at ``step`` would ``cache``: what it must do so that all devices do alike."""
+    def vote(self, step: int, device: str, cache: bool, block_list: str | None = None) -> bool:
+        """``device``'s call at ``step`` would ``cache`` ``block_list``: what it must do so that all devices do
+        alike."""
         with self._changed:
-            ballot = self._ballot(step)
+            ballot = self._ballot(step, block_list)
             if device in ballot.votes:
                 # A further stream of this device in this step: the step's decision stands (its first
                 # call only returned once it was made); this stream may still compute on its own.
@@ -171,28 +174,38 @@ class StepConsensus:
             return cache and ballot.decision
 
     def withdraw(self, step: int, device: str) -> None:
-        """``device``'s call at ``step`` ended before it voted (an error): nobody waits for it."""
+        """``device``'s call at ``step`` ended before it voted on every list (an error): nobody waits for it."""
         with self._changed:
-            ballot = self._ballot(step)
-            if device not in ballot.votes:
-                ballot.expected.discard(device)
-                ballot.settle()
-                self._changed.notify_all()
+            self._withdrawn.setdefault(step, set()).add(device)
+            for (ballot_step, _), ballot in self._ballots.items():
+                if ballot_step == step and device not in ballot.votes:
+                    ballot.expected.discard(device)
+                    ballot.settle()
+            self._changed.notify_all()
 
-    def _ballot(self, step: int) -> _Ballot:
-        if step not in self._ballots:
-            earlier = [s for s in self._ballots if s < step]
-            voters = set(self._ballots[max(earlier)].votes) if earlier else set()
-            self._ballots[step] = _Ballot(expected=voters)
-        return self._ballots[step]
+    def _ballot(self, step: int, block_list: str | None) -> _Ballot:
+        key = (step, block_list)
+        if key not in self._ballots:
+            earlier = [s for s, name in self._ballots if name == block_list and s < step]
+            voters = set(self._ballots[max(earlier), block_list].votes) if earlier else set()
+            self._ballots[key] = _Ballot(expected=voters - self._withdrawn.get(step, set()))
+        return self._ballots[key]
 
-    def overridden(self) -> dict[int, list[str]]:
-        """Steps computed although some devices voted to cache them, and those devices."""
-        return {step: sorted(d for d, yes in b.votes.items() if yes) for step, b in sorted(self._ballots.items())
-                if b.decision is False and any(b.votes.values())}
+    def overridden(self) -> dict[int, dict[str | None, list[str]]]:
+        """Per step and block list computed although some devices voted to cache it, those devices."""
+        found: dict[int, dict[str | None, list[str]]] = {}
+        for (step, block_list), b in sorted(self._ballots.items(), key=lambda item: (item[0][0], str(item[0][1]))):
+            if b.decision is False and any(b.votes.values()):
+                found.setdefault(step, {})[block_list] = sorted(d for d, yes in b.votes.items() if yes)
+        return found
 
     def timeouts(self) -> dict[int, list[str]]:
-        return {step: b.timed_out for step, b in sorted(self._ballots.items()) if b.timed_out}
+        """Per step, the devices some list's ballot waited for in vain."""
+        found: dict[int, set[str]] = {}
+        for (step, _), b in self._ballots.items():
+            if b.timed_out:
+                found.setdefault(step, set()).update(b.timed_out)
+        return {step: sorted(devices) for step, devices in sorted(found.items())}
 
 
 class DeviceRun:
@@ -203,6 +216,9 @@ class DeviceRun:
         self.run = run
         self.clock = clock
         self.consensus = consensus
+        lists = run.target.block_lists
+        # The ballot each list votes on: its attribute, or None for a family with one list.
+        self._ballot_names = [entry.attr for entry in lists] if len(lists) > 1 else [None]
 
     @property
     def host(self) -> torch.nn.Module:
@@ -229,16 +245,16 @@ class DeviceRun:
             raise
 
     def join_consensus(self) -> None:
-        """Route cache-dit's own per-call decision on this device's module through the consensus."""
+        """Route cache-dit's own decision per call and block list on this device's module through the consensus."""
         self.run.cache.route_decisions(self._shared_decision)
 
     def leave_consensus(self) -> None:
         self.run.cache.restore_decisions()
 
     @torch.compiler.disable
-    def _shared_decision(self, own_decision, *args, **kwargs) -> bool:
+    def _shared_decision(self, own_decision, block_list: int, *args, **kwargs) -> bool:
         cache = bool(own_decision(*args, **kwargs))
-        return self.consensus.vote(self.clock.current_step, self.label, cache)
+        return self.consensus.vote(self.clock.current_step, self.label, cache, self._ballot_names[block_list])
 
     def observation(self) -> RunObservation:
         return dataclasses.replace(self.run.observation, device=self.label)
@@ -246,7 +262,8 @@ class DeviceRun:
 
 class MultiDeviceRun:
     """One sampling run on several devices: a run per device (``run_type``, a ``CacheRun`` by default), their
-    observations side by side; with ``shares_decisions`` one caching decision per step for all of them."""
+    observations side by side; with ``shares_decisions`` one caching decision per step and block list for all
+    of them."""
 
     def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock,
                  *, node_name: str, tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,

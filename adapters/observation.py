@@ -25,8 +25,14 @@ if TYPE_CHECKING:
 
 
 class CallTimer:
-    """Wall time of one model call: CUDA events on a GPU (no sync per call), else the CPU clock."""
+    """Wall time of one model call: CUDA events on a GPU (no sync per call), else the CPU clock.
 
+    The per-call wrapper runs inside the diffusion model's forward, which ComfyUI's TorchCompileModel
+    compiles: traced by dynamo, the events would become graph ops and the Python events kept here would
+    never be recorded (reading them fails the prompt). The clock therefore always runs eagerly.
+    """
+
+    @torch.compiler.disable
     def __init__(self, device):
         self._cuda = device is not None and torch.device(device).type == "cuda"
         if self._cuda:
@@ -35,6 +41,7 @@ class CallTimer:
         else:
             self._begun, self._ended = time.perf_counter(), None
 
+    @torch.compiler.disable
     def stop(self):
         if self._cuda:
             self._end.record()
@@ -92,7 +99,9 @@ class RunObservation:
 class ParallelOutcome:
     """What only a run on several devices has: their shared decisions and one wall clock."""
 
-    overridden: dict[int, list[str]]   # step -> devices that would have cached it, had another not computed
+    # step -> block list (its attribute; None for one list) -> devices that would have cached it, had another
+    # not computed it
+    overridden: dict[int, dict[str | None, list[str]]]
     timeouts: dict[int, list[str]]     # step -> devices waited for in vain (they got no work in that step)
     wall_s: float                      # the run's span: each device's calls are timed on its own clock
 

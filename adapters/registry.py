@@ -214,6 +214,41 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         modulation=BlockModulation(table="distilled_guidance_layer", slicer="get_modulations", kwarg="vec"),
         skip_lists=("skip_mmdit", "skip_dit"),
     ),
+    # MiniMax H3 (audio + video): one packed sequence [text | keyframe / reference rows | audio | video]
+    # of shape (tokens, width), with no batch dimension (the model refuses a batch above 1; ComfyUI never
+    # batches its conds: each carries its own packed layout, which no other cond's equals). The model is
+    # called with a list of latents [video, audio]. Its blocks take (h, t_emb, mod_segments, rope_freqs,
+    # transformer_options=...) positionally, add their attention and MLP outputs into h in place, and are
+    # told no block index; the loop applies ``patches_replace`` "dit" replacements by block index.
+    # ``final_layer(h, t_emb, video_seg, audio_seg)`` reads both outputs from the one h. Fn's residual is
+    # on the whole packed sequence: text, condition, audio and video tokens together.
+    TransformerFamily(
+        name="MiniMax H3 (ComfyUI native)",
+        model="MiniMax H3",
+        class_path="comfy.ldm.minimax.model.MiniMaxH3Model",
+        block_lists=(BlockList("blocks", "Pattern_3", adds_in_place=True),),
+        check_forward_pattern=False,
+        match_subclasses=False,
+        loop_patches=("patches_replace.dit",),
+        final_layer="final_layer",
+    ),
+    # LTXV (LTX-Video 0.9.x, ComfyUI's ``LTXVModel``): one list of blocks that take the video tokens
+    # first and the rest by keyword (``block(x, context=..., timestep=..., pe=..., ...)``), add into
+    # them in place (``x += attn(...)``, ``x.addcmul_``) and return them; Fn's residual is on the video
+    # tokens. The loop tells the blocks no index (it writes none into their options), and replaces
+    # ``("double_block", i)`` through ``patches_replace["dit"]``. ``norm_out`` takes the last block's
+    # output (the step's scale and shift come after it). LTX-2 (``LTXAVModel``) subclasses it with an
+    # audio stream and a loop of its own.
+    TransformerFamily(
+        name="LTXV (ComfyUI native)",
+        model="LTXV",
+        class_path="comfy.ldm.lightricks.model.LTXVModel",
+        block_lists=(BlockList("transformer_blocks", "Pattern_3", adds_in_place=True),),
+        check_forward_pattern=False,
+        match_subclasses=False,
+        loop_patches=("patches_replace.dit",),
+        final_layer="norm_out",
+    ),
     # HunyuanVideo 1.0 and 1.5 (t2v, i2v, the super-resolution model) and HunyuanImage 2.1 (2D latents,
     # patch 1x1): one class whose ``forward_orig`` runs Flux's double-stream blocks on (img, txt) by
     # keyword, then Flux's single-stream blocks on cat(txt, img) with the image positional; both add

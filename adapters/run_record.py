@@ -83,8 +83,8 @@ class RunRecord:
     text_path: dict | None = None
     # Models with several block lists (Flux: double, then single blocks), each its own cache context:
     # per list {"blocks", "size", "cached_steps", "partial_steps"}, where a step counts for a list as
-    # for the run (every served call of the step skipped that list's middle blocks). A step is in the
-    # run's ``cached_steps`` only when every list skipped it. Empty for one list.
+    # for the run (every served call of the step, on every device, skipped that list's middle blocks).
+    # A step is in the run's ``cached_steps`` only when every list skipped it. Empty for one list.
     block_lists: list = dataclasses.field(default_factory=list)
 
     @property
@@ -210,16 +210,16 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
         devices=[d.summary(own) for d, own in zip(devices, sigmas)] if parallel else [],
         parallel_block_evals=list(parallel_block_evals(observations)) if parallel else None,
         text_path=_text_path(observations),
-        block_lists=_block_lists(observations[0], steps) if len(observations) == 1 else [],
+        block_lists=_block_lists(observations, steps),
     )
 
 
-def _block_lists(observation: RunObservation, steps: int) -> list[dict]:
-    """Each block list's own cached steps (several lists only; multi-device runs have one list)."""
+def _block_lists(observations: Sequence[RunObservation], steps: int) -> list[dict]:
+    """Each block list's own cached steps over the devices' calls (several lists only)."""
     lists = []
-    for position, (attr, size) in enumerate(observation.block_lists):
+    for position, (attr, size) in enumerate(observations[0].block_lists):
         per_list = [dataclasses.replace(call, cached=call.list_cached[position]) if call.list_cached else call
-                    for call in observation.calls]
+                    for observation in observations for call in observation.calls]
         _, cached, partial = summarize_steps(per_list, steps)
         lists.append({"blocks": attr, "size": size, "cached_steps": cached, "partial_steps": partial})
     return lists
@@ -267,13 +267,13 @@ class _DeviceView:
                 self.reasons[step] = reason
         self._streams.append(report.as_dict())
 
-    def streams(self, overridden: dict[int, list[str]], labelled: bool) -> list[dict]:
+    def streams(self, overridden: dict[int, dict[str | None, list[str]]], labelled: bool) -> list[dict]:
         if not labelled:
             return self._streams
         label = self.observation.device
         return [{"device": label, **stream,
-                 "step_reasons": [OTHER_DEVICE if label in overridden.get(step, ()) else reason
-                                  for step, reason in zip(stream["steps"], stream["step_reasons"])]}
+                 "step_reasons": [OTHER_DEVICE if label in overridden.get(step, {}).get(stream.get("blocks"), ())
+                                  else reason for step, reason in zip(stream["steps"], stream["step_reasons"])]}
                 for stream in self._streams]
 
     def summary(self, sigmas: list[float]) -> dict:
@@ -282,15 +282,17 @@ class _DeviceView:
                 "module_id": o.module_id, "cfg_mode": o.cfg_mode, "has_separate_cfg": o.has_separate_cfg,
                 "cache_contexts": o.cache_contexts, "cached_steps": self.cached, "partial_steps": self.partial,
                 "block_evals": sum(c.blocks_run for c in o.calls),
+                **({"block_lists": _block_lists([o], len(self.states))} if o.block_lists else {}),
                 # per call: [step, branches, served_by_cache_dit, blocks_run, sigma, thread]
                 "call_log": [[c.step, list(c.branches), c.served, c.blocks_run, sigma, c.thread]
                              for c, sigma in zip(o.calls, sigmas)]}
 
 
-def _step_reason(working: list[_DeviceView], step: int, state: str, overridden: dict[int, list[str]]):
-    """A step's reason is that of a device that decided the step's outcome by its own rules."""
-    own = [d.reasons[step] for d in working
-           if d.states[step] == state and d.observation.device not in overridden.get(step, [])]
+def _step_reason(working: list[_DeviceView], step: int, state: str,
+                 overridden: dict[int, dict[str | None, list[str]]]):
+    """A step's reason is that of a device that decided the step's outcome by its own rules (on every list)."""
+    others = {device for devices in overridden.get(step, {}).values() for device in devices}
+    own = [d.reasons[step] for d in working if d.states[step] == state and d.observation.device not in others]
     return own[0] if own else next((d.reasons[step] for d in working), None)
 
 

@@ -90,6 +90,13 @@ elif family == "chroma":
                    qkv_bias=True, in_dim=64, out_dim=3072, hidden_dim=5120, n_layers=5, txt_ids_dims=[],
                    vec_in_dim=None, device="meta", operations=comfy.ops.disable_weight_init)
     expected, dtype = "Chroma", torch.bfloat16
+elif family == "ltxv":
+    from comfy.ldm.lightricks.model import LTXVModel
+    # Narrow: ComfyUI 0.33 fixes 32 heads and reads their width (attn2.to_k rows // 32) and the context
+    # width from the shapes: 32 heads of 4 (width 128), 4 blocks; the caption projection takes 4096.
+    model = LTXVModel(in_channels=128, cross_attention_dim=128, attention_head_dim=4, num_attention_heads=32,
+                      caption_channels=4096, num_layers=4, device="meta", operations=comfy.ops.disable_weight_init)
+    expected, dtype = "LTXV", torch.float32
 elif family.startswith("hunyuan"):
     from comfy.ldm.hunyuan_video.model import HunyuanVideo
     # Narrow: ComfyUI reads the width from img_in, the heads as width // 128 (one head), the block counts
@@ -159,6 +166,7 @@ FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.s
                  "qwen_image": "qwen_image_shallow.safetensors",
                  "flux1": "flux1_tiny.safetensors", "flux2": "flux2_tiny.safetensors",
                  "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_shallow.safetensors",
+                 "ltxv": "ltxv_tiny.safetensors",
                  "hunyuan_video15": "hunyuan_video15_tiny.safetensors",
                  "hunyuan_image21": "hunyuan_image21_tiny.safetensors"}
 
@@ -166,7 +174,7 @@ FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.s
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
     Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
-    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16),
+    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16), "ltxv" LTXV (4 blocks, width 128),
     "hunyuan_video15" HunyuanVideo 1.5 t2v (3 double blocks, width 128), "hunyuan_image21" HunyuanImage 2.1
     (2 double + 2 single blocks, width 128)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
@@ -209,3 +217,52 @@ def fp8_scaled_state_dict(native: dict[str, torch.Tensor]) -> dict[str, torch.Te
             out[f"{layer}.scale_weight"] = scale.reshape(())
     out["scaled_fp8"] = torch.zeros(2, dtype=torch.float8_e4m3fn)
     return out
+
+
+# MiniMax H3 (audio + video in one packed sequence), narrow: ComfyUI 0.33 reads every width from the
+# shapes (hidden from video_patch_proj, heads from qkv_proj / q_norm, the text width from condition_proj,
+# the rope table from rope.inv_freq), so it is detected at width 64 (one head of 64, 4 blocks, 1 refiner
+# block, rope on 3 x 8 frequency pairs = 48 of the head's 64 dims).
+_MINIMAX_H3_SCRIPT = """
+import json, sys
+seed, out_path = int(sys.argv[-2]), sys.argv[-1]
+sys.argv = ["make_minimax_h3", "--cpu"]
+import comfy.options
+comfy.options.enable_args_parsing()
+import comfy.cli_args, comfy.model_detection, comfy.ops, torch
+from safetensors.torch import save_file
+from comfy.ldm.minimax.model import MiniMaxH3Model
+
+model = MiniMaxH3Model(hidden_size=64, num_layers=4, token_refiner_num_layers=1, num_attention_heads=1,
+                       attention_head_dim=64, ffn_hidden_size=128, text_dim=32, timestep_input_dim=64,
+                       time_embed_hidden_size=64, time_embed_dim=32, rope_inv_freq_len=8, device="meta",
+                       operations=comfy.ops.disable_weight_init)
+generator = torch.Generator().manual_seed(seed)
+state = {}
+for name, tensor in model.state_dict().items():
+    shape = tuple(tensor.shape)
+    if name == "rope.inv_freq":   # rope frequencies as trained models have them
+        value = 1.0 / 10000.0 ** (torch.arange(shape[0], dtype=torch.float32) / shape[0])
+    elif "norm" in name and len(shape) == 1:
+        value = 1.0 + 0.1 * torch.randn(shape, generator=generator)
+    else:
+        fan_in = max(1, int(torch.tensor(shape[1:]).prod())) if len(shape) > 1 else shape[-1]
+        value = torch.randn(shape, generator=generator) / fan_in ** 0.5
+    if "adaln_proj" in name:
+        # As in trained weights, the step modulates the blocks around a fixed gate, not from zero.
+        value = value * 0.1 if name.endswith("weight") else value + 1.0
+    state[name] = value.to(tensor.dtype if tensor.dtype == torch.float32 else torch.float32)
+config = comfy.model_detection.model_config_from_unet(state, "")
+assert type(config).__name__ == "MiniMaxH3", f"ComfyUI detects {type(config).__name__}, not MiniMaxH3"
+save_file(state, out_path)
+print(json.dumps({"class": type(config).__name__, "unet_config": {k: str(v) for k, v in config.unet_config.items()}}))
+"""
+
+FAMILY_MODELS["minimax_h3"] = "minimax_h3_tiny.safetensors"
+
+
+def make_minimax_h3_checkpoint(comfy_root: Path, path: Path, seed: int = 0) -> Path:
+    """A seeded-random MiniMax H3 (4 blocks, width 64, text width 32), as ComfyUI detects it."""
+    subprocess.run([comfyui_python(comfy_root), "-c", _MINIMAX_H3_SCRIPT, str(seed), str(path)], cwd=comfy_root,
+                   check=True, capture_output=True, timeout=300)
+    return path

@@ -69,6 +69,11 @@ FAMILIES = {
     "chroma": FamilySpec(FAMILY_MODELS["chroma"], CHROMA, 4, 64, {
         "class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}},
         lists=(("double", 2), ("single", 2)), own_tests="test_families_chroma_comfyui.py"),
+    # LTXV: 4 blocks 128 wide on a 64x64, 9-frame video latent (128 channels, 2 latent frames of 2x2),
+    # the caption projection taking 4096; its own tests, with ComfyUI's LTXV nodes.
+    "ltxv": FamilySpec(FAMILY_MODELS["ltxv"], "LTXV (ComfyUI native)", 4, 4096, {
+        "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},
+        own_tests="test_families_ltxv_comfyui.py"),
     # HunyuanVideo 1.5 t2v (3 double blocks, no single ones, as the real 54 + 0) on a 5-frame 64x64 video latent
     # (32 channels, 2x4x4 tokens), and HunyuanImage 2.1 (2 double + 2 single) on a 128x128 image (4x4 tokens
     # of 64 channels). ComfyUI's HunyuanVideo conds read a pooled vector, which the model ignores without
@@ -100,3 +105,12 @@ def family_prompt(family: str, *, cache: dict | None = None, node: str | None = 
     if cache is not None:
         prompt["5"]["class_type"] = node or spec.node
     return prompt
+
+# MiniMax H3: 4 blocks 64 wide, text width 32; a 64x64, 5-frame audio-video latent (8 video tokens and
+# 16 audio tokens after the 8 text tokens in one packed sequence). Its own tests: the sampler's latent is
+# a video and an audio latent, saved apart (tests/test_families_minimax_comfyui.py).
+FAMILIES["minimax_h3"] = FamilySpec(
+    FAMILY_MODELS["minimax_h3"], "MiniMax H3 (ComfyUI native)", 4, 32, {
+        "class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 64, "height": 64, "length": 5}},
+    own_tests="test_families_minimax_comfyui.py")
+SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]

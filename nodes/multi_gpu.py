@@ -26,7 +26,7 @@ def sampling_devices(patcher) -> list[tuple[str, object]]:
 
 
 def device_models(devices: list[tuple[str, object]], conds_per_step: int, main_host,
-                  main: ResolvedTransformer, shares_decisions: bool = True) -> tuple[list[DeviceModel], str | None]:
+                  main: ResolvedTransformer) -> tuple[list[DeviceModel], str | None]:
     """Each device's copy as a ``DeviceModel``, or the reason the devices cannot share the cache.
 
     ``main`` is the transformer already resolved in ``main_host``, the main model's diffusion model.
@@ -41,5 +41,5 @@ def device_models(devices: list[tuple[str, object]], conds_per_step: int, main_h
             return [], (f"Multi-GPU sampling: the model on {label} ({type(host).__name__}) is not a transformer "
                         f"this pack caches, so it cannot be cached: this run was not cached.")
         models.append(DeviceModel(label=label, target=target, host=host, conds_per_step=max(share, 1)))
-    refusal = devices_refusal(models, shares_decisions) if models else None
+    refusal = devices_refusal(models) if models else None
     return ([], refusal) if refusal else (models, None)

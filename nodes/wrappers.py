@@ -127,7 +127,7 @@ def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host,
     method, devices, refusal = holder.method, [], None
     on_devices = multi_gpu.sampling_devices(guider.model_patcher)
     if on_devices:
-        devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target, method.shares_decisions)
+        devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target)
     other = other_step_cache(guider.model_options.get("transformer_options"), _wrapper_keys(guider.model_patcher))
     refusal = refusal or (step_cache_refusal(other) if other is not None else None)
     if refusal:
@@ -242,11 +242,16 @@ def _report_steps_to(clock, args: list, kwargs: dict):
         original, kwargs["callback"] = kwargs.get("callback"), on_step
 
 
-def _transformer_options(args, kwargs) -> dict:
+def _transformer_options(executor, args, kwargs) -> dict:
+    """The call's transformer options: by keyword, last in ``args`` (most models), or at their place in the
+    model's signature (LTXV passes them positionally, before ``keyframe_idxs``)."""
     options = kwargs.get("transformer_options")
     if isinstance(options, dict):
         return options
-    return args[-1] if args and isinstance(args[-1], dict) else {}
+    if args and isinstance(args[-1], dict):
+        return args[-1]
+    options = _call_arguments(executor, args, kwargs).get("transformer_options")
+    return options if isinstance(options, dict) else {}
 
 
 def _call_arguments(executor, args, kwargs) -> dict:
@@ -271,11 +276,12 @@ def _signature(function) -> inspect.Signature:
 # state), and compiles the model call it makes.
 @torch.compiler.disable(recursive=False)
 def diffusion_model_wrapper(executor, *args, **kwargs):
-    options = _transformer_options(args, kwargs)
+    options = _transformer_options(executor, args, kwargs)
     run = _active_runs.get(id(executor.class_obj))
     if run is None:  # not sampling with this node, or another copy of the model (keyed by module)
         return executor(*args, **kwargs)
-    if options.get("sigmas") is None or not args or not torch.is_tensor(args[0]):
+    latents = _latents(args[0]) if args else None
+    if options.get("sigmas") is None or latents is None:
         with run.uncached():  # a caller outside a sampler step: nothing to cache against
             return executor(*args, **kwargs)
     family = run.target.family
@@ -293,9 +299,20 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
                       f"full: the model skips them in its own loop, which the cache replaces.")
         with run.uncached():
             return executor(*args, **kwargs)
-    x = args[0]
+    x = latents[0]
     branches = options.get("cond_or_uncond") or [0] * x.shape[0]
-    shapes = [tuple(a.shape) for a in args[:3] if torch.is_tensor(a)]
+    # Every latent's shape (an audio-video model's video and audio), then the timestep's and context's.
+    shapes = [tuple(a.shape) for a in (*latents, *args[1:3]) if torch.is_tensor(a)]
     text = conditioning_identity.call_identity(options, args)
     with run.model_call(options["sigmas"], branches, shapes, device=x.device, text=text):
         return executor(*args, **kwargs)
+
+
+def _latents(x) -> list[torch.Tensor] | None:
+    """The latents of a model call: one tensor, or the list ComfyUI hands a model that samples several at
+    once (its ``latent_shapes``: MiniMax H3's [video, audio]); None when the input is neither."""
+    if torch.is_tensor(x):
+        return [x]
+    if isinstance(x, (list, tuple)) and x and all(torch.is_tensor(item) for item in x):
+        return list(x)
+    return None

@@ -330,3 +330,14 @@ def transformer():
     from cache_runs import seeded_transformer
 
     return seeded_transformer()
+
+
+@pytest.fixture(scope="session")
+def minimax_server(comfy_root, family_server):
+    """``family_server`` with the tiny MiniMax H3 checkpoint, written the first time a MiniMax H3 test asks."""
+    from comfy_models import FAMILY_MODELS, make_minimax_h3_checkpoint
+
+    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["minimax_h3"]
+    if not path.exists():
+        make_minimax_h3_checkpoint(comfy_root, path, seed=family_checkpoint_seed("minimax_h3"))
+    return family_server

@@ -6,13 +6,16 @@ Comfy-Org files are replaced:
 
 - diffusion model: the tiny generated Krea-2 (native single file, ``krea2_prompts.TINY_MODEL``),
   read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike; for another family's example, that
-  family's test checkpoint (``family_prompts.FAMILIES``);
-- text encoder: Qwen3-VL-4B (Qwen3-4B for Z-Image) cannot shrink, so ``CLIPLoader`` is dropped and
-  each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny model's width;
+  family's test checkpoint (``family_prompts.FAMILIES``), and for Wan 2.2 A14B's two experts the tiny Wan pair;
+- text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader`` or
+  ``DualCLIPLoader`` is dropped and each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny
+  model's width (with Flux.1's pooled vector when asked);
 - VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
   base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
-  exactly as it detects ``qwen_image_vae.safetensors``;
-- resolution: 64x64. Steps, CFG, sampler and every Cache-DiT setting stay as shipped.
+  exactly as it detects ``qwen_image_vae.safetensors``; or a decoder-only Flux VAE (``ae.safetensors``)
+  or Flux.2 VAE (``flux2-vae.safetensors``), ``TINY_VAES``;
+- resolution: 64x64. CFG, sampler and every Cache-DiT setting stay as shipped; steps too, unless the
+  test asks for fewer (``steps``).
 
 Used by tests/test_example_workflows.py (every example) and tests/test_manager_install.py
 (the Turbo template of the pack as ComfyUI-Manager installed it).
@@ -60,8 +63,11 @@ save_file({name: init(name, t).contiguous() for name, t in vae.state_dict().item
 
 # The Flux VAE (Z-Image's ``ae.safetensors``), decoder only: ComfyUI takes the decoder's width from
 # its weights (32, the least its group norms take, instead of 128) and decoding needs no encoder weights.
+# With 32 latent channels, a post-quant conv and the latent batch norm's statistics it is the Flux.2 VAE (``flux2-vae.safetensors``,
+# 128-channel latents at 1/16 size), as ComfyUI detects it.
 TINY_FLUX_VAE_SCRIPT = """
 import sys, torch
+z_channels = int(sys.argv[2]) if len(sys.argv) > 2 else 16
 from comfy.cli_args import args
 args.cpu = True
 import comfy.ops
@@ -69,7 +75,7 @@ from comfy.ldm.modules.diffusionmodules.model import Decoder
 from safetensors.torch import save_file
 
 decoder = Decoder(ch=32, out_ch=3, ch_mult=[1, 2, 4, 4], num_res_blocks=2, attn_resolutions=[], in_channels=3,
-                  resolution=256, z_channels=16, double_z=True, dropout=0.0)
+                  resolution=256, z_channels=z_channels, double_z=True, dropout=0.0)
 generator = torch.Generator().manual_seed(0)
 
 def init(name, tensor):
@@ -79,43 +85,59 @@ def init(name, tensor):
         return torch.ones_like(tensor)
     return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
 
-save_file({"decoder." + name: init(name, t).contiguous() for name, t in decoder.state_dict().items()}, sys.argv[1])
+state = {"decoder." + name: init(name, t).contiguous() for name, t in decoder.state_dict().items()}
+if z_channels == 32:  # Flux.2: a post-quant conv, and the batch norm over 2x2 patches of the latent (128 channels)
+    state.update({"post_quant_conv.weight": torch.eye(32).reshape(32, 32, 1, 1), "post_quant_conv.bias": torch.zeros(32),
+                  "bn.running_mean": torch.zeros(128), "bn.running_var": torch.ones(128)})
+save_file(state, sys.argv[1])
 """
-# What stands in for each VAE an example loads: (file name, script that writes it).
-TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT),
-             "flux": ("krea2_test_flux_vae.safetensors", TINY_FLUX_VAE_SCRIPT)}
+# What stands in for each VAE an example loads: (file name, script that writes it, its arguments).
+TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT, []),
+             "flux": ("krea2_test_flux_vae.safetensors", TINY_FLUX_VAE_SCRIPT, []),
+             "flux2": ("krea2_test_flux2_vae.safetensors", TINY_FLUX_VAE_SCRIPT, ["32"])}
 
 
 def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str:
     """A random VAE of ``kind`` (``TINY_VAES``) in ``base_dir``'s models/vae; returns its name.
 
-    "wan21": the Wan 2.1 VAE (Krea-2's; base width 8, not 96); "flux": the Flux VAE (Z-Image's; decoder width 32).
+    "wan21": the Wan 2.1 VAE (Krea-2's; base width 8, not 96); "flux": the Flux VAE (Z-Image's; decoder width 32);
+    "flux2": the Flux.2 VAE (decoder width 32).
     """
-    name, script = TINY_VAES[kind]
+    name, script, args = TINY_VAES[kind]
     target = base_dir / "models" / "vae" / name
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([comfyui_python(comfy_root), "-c", script, str(target)], cwd=comfy_root,
+        subprocess.run([comfyui_python(comfy_root), "-c", script, str(target), *args], cwd=comfy_root,
                        check=True, capture_output=True, timeout=120)
     return name
 
 
 def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
-                   prefix: str, model: str = TINY_MODEL) -> dict:
-    """The API prompt of an example workflow, with the stand-ins above (``model``: the tiny diffusion model)."""
+                   prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, steps: int | None = None,
+                   models: dict | None = None) -> dict:
+    """The API prompt of an example workflow, with the stand-ins above (``model``: the tiny diffusion model;
+    ``models``: file the example loads -> its stand-in, for an example with more than one diffusion model (Wan 2.2
+    A14B's two experts); ``pooled_features``: the width of the pooled vector its conditioning carries, Flux.1's;
+    ``steps``: the samplers' steps when not the example's own). A video latent gets one frame (one image a save)."""
     prompt = to_api_prompt(workflow, object_info)
-    encoders = [node_id for node_id, node in prompt.items() if node["class_type"] == "CLIPLoader"]
+    encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in ("CLIPLoader", "DualCLIPLoader")]
     for node_id, node in prompt.items():
         kind, inputs = node["class_type"], node["inputs"]
         if kind in ("UNETLoader", "Krea2DiffusersLoader"):
-            inputs["unet_name" if kind == "UNETLoader" else "model_name"] = model
+            name = "unet_name" if kind == "UNETLoader" else "model_name"
+            inputs[name] = models[inputs[name]] if models else model
         elif kind == "VAELoader":
             inputs["vae_name"] = vae_name
         elif kind == "CLIPTextEncode":
-            conditioning = {"seed": int(node_id), "tokens": 8, "features": context_features}
+            conditioning = {"seed": int(node_id), "tokens": 8, "features": context_features,
+                            "pooled_features": pooled_features}
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
-        elif kind in ("EmptyLatentImage", "EmptySD3LatentImage"):
+        elif kind in ("EmptyLatentImage", "EmptySD3LatentImage", "EmptyFlux2LatentImage"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
+        elif kind == "EmptyHunyuanLatentVideo":
+            inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=1)
+        elif kind == "KSampler" and steps is not None:
+            inputs["steps"] = steps
         elif kind == "SaveImage":
             inputs["filename_prefix"] = f"{prefix}_{node_id}"
     for node_id in encoders:
@@ -157,14 +179,22 @@ def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, pr
 def run_example(server, prompt: dict) -> tuple[str, dict, dict]:
     """Queue the prompt, wait for it, check its saved images; returns (prompt_id, its history entry,
     the stats record of its Cache-DiT node). Fails when the run failed or left no record of its own."""
+    prompt_id, entry, records = run_example_nodes(server, prompt)
+    (record,) = records.values()
+    return prompt_id, entry, record
+
+
+def run_example_nodes(server, prompt: dict) -> tuple[str, dict, dict]:
+    """``run_example`` for an example with any number of Cache-DiT nodes: (prompt_id, its history entry,
+    {cache node id: the stats record of its own run in this prompt})."""
     prompt_id = server.queue(prompt)
     entry = server.wait(prompt_id, timeout=300)
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     check_saved_images(server, prompt, entry)
 
-    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] in ("Krea2CacheDiT", "CacheDiTDBCache")]
-    [record] = server.stats_for(prompt_id, cache_id)
-    return prompt_id, entry, record
+    cache_ids = [n for n, node in prompt.items() if node["class_type"] in ("Krea2CacheDiT", "CacheDiTDBCache")]
+    assert cache_ids, "no Cache-DiT node"
+    return prompt_id, entry, {cache_id: server.stats_for(prompt_id, cache_id)[0] for cache_id in cache_ids}
 
 
 def saved_rgb(server, image: dict):

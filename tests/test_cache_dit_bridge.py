@@ -163,24 +163,28 @@ def test_hook_empty_block_lists():
     assert blocks_run_per_step(model) == plain
 
 
-@pytest.mark.parametrize("answer", [True, False])
-def test_hook_decision_point(answer):
-    """cache-dit's decision is asked once per list and served call, and the routed answer is what it does."""
+@pytest.mark.parametrize("lists_allowed", [(0, 1), (), (1,)])
+def test_hook_decision_point(lists_allowed):
+    """cache-dit's decision is asked once per list and served call, in list order, each time saying which
+    list; the routed answer is what that list does (here: only the lists in ``lists_allowed`` may cache)."""
     model = PositionalTwoLists(in_place=False)
     cache = cached_module(model)
     cache.enable(configs(FAST))
     asked = []
 
-    def decide(own, *args, **kwargs):
-        asked.append(bool(own(*args, **kwargs)))
-        return answer and asked[-1]
+    def decide(own, block_list, *args, **kwargs):
+        asked.append((block_list, bool(own(*args, **kwargs))))
+        return block_list in lists_allowed and asked[-1][1]
 
     cache.route_decisions(decide)
     try:
         per_step = blocks_run_per_step(model)
     finally:
         cache.disable()
-    assert len(asked) == 2 * STEPS, depends("decision_point")   # every call, once per list
-    assert cached_steps(per_step) == (FAST_CACHED if answer else []), depends("decision_point")
+    assert [entry[0] for entry in asked] == [0, 1] * STEPS, depends("decision_point")   # every call, per list
+    # Fn 1, Bn 0: a list that caches runs its first block only.
+    expected = [DOUBLE + SINGLE - sum(size - 1 for position, size in enumerate((DOUBLE, SINGLE))
+                                      if position in lists_allowed and step in FAST_CACHED) for step in range(STEPS)]
+    assert per_step == expected, depends("decision_point")
     assert "can_cache" not in vars(type(model)) and not hasattr(model, "_context_manager"), "restored by disable"
 

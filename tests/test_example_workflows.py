@@ -1,9 +1,11 @@
 """The shipped example workflows: valid against the real server's /object_info, and runnable.
 
-Each example is converted to an API prompt and run on the CPU with the small
-stand-ins of tests/example_stand_ins.py (tiny Krea-2, or the shallow Z-Image for the Z-Image
-example; test conditioning instead of the 4B text encoder, a tiny Wan 2.1 VAE, 64x64); steps,
-CFG, sampler and every Cache-DiT setting stay as shipped.
+Each example is converted to an API prompt and run on the CPU with the small stand-ins of
+tests/example_stand_ins.py (tiny Krea-2, or the family's test checkpoint for another family's example; test
+conditioning instead of the text encoders, a tiny VAE of the example's kind, 64x64); CFG, sampler and every
+Cache-DiT setting stay as shipped, and so do the steps but for a family whose calls are slow even when tiny
+(``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py;
+Wan 2.2 A14B's samples two experts in turn (KSamplerAdvanced), each through its own cache node.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pathlib import Path
 import pytest
 from comfy_harness import PACK_DIR_NAME
 from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
-from example_stand_ins import TEST_SIZE, example_prompt, run_example, saved_images, saved_rgb, write_tiny_vae
+from comfy_models import FAMILY_MODELS
+from example_stand_ins import TEST_SIZE, example_prompt, run_example_nodes, saved_images, saved_rgb, write_tiny_vae
+from example_templates import FAMILY_TEMPLATES, FamilyTemplate
 from family_prompts import FAMILIES
 from krea2_prompts import TINY_MODEL
 
@@ -32,17 +36,24 @@ def nodes_of_type(path: Path, node_type: str) -> list[dict]:
 
 CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 
-# Model-file widgets hold Comfy-Org's file names (the server here has none of those files), each
-# downloadable from its Comfy-Org repository.
+# Model-file widgets hold Comfy-Org's file names (the server here has none of those files), each with the URL
+# it downloads from (the editor offers the download from the node's properties.models).
 KREA2_ORG = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main/"
 ZIMAGE_ORG = "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/"
-MODEL_FILES = {
-    "krea2_turbo_bf16.safetensors": KREA2_ORG, "krea2_raw_bf16.safetensors": KREA2_ORG,
-    "qwen3vl_4b_bf16.safetensors": KREA2_ORG, "qwen_image_vae.safetensors": KREA2_ORG,
-    "z_image_turbo_bf16.safetensors": ZIMAGE_ORG, "qwen_3_4b.safetensors": ZIMAGE_ORG, "ae.safetensors": ZIMAGE_ORG,
-}
+KREA2_TEXT_AND_VAE = {name: f"{KREA2_ORG}{directory}/{name}" for name, directory in (
+    ("qwen3vl_4b_bf16.safetensors", "text_encoders"), ("qwen_image_vae.safetensors", "vae"))}
+TURBO_FILES = {"krea2_turbo_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_turbo_bf16.safetensors",
+               **KREA2_TEXT_AND_VAE}
+RAW_FILES = {"krea2_raw_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_raw_bf16.safetensors",
+             **KREA2_TEXT_AND_VAE}
+ZIMAGE_FILES = {name: f"{ZIMAGE_ORG}{directory}/{name}" for name, directory in (
+    ("z_image_turbo_bf16.safetensors", "diffusion_models"), ("qwen_3_4b.safetensors", "text_encoders"),
+    ("ae.safetensors", "vae"))}
 MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"), ("CLIPLoader", "clip_name"),
-                 ("VAELoader", "vae_name")}
+                 ("DualCLIPLoader", "clip_name1"), ("DualCLIPLoader", "clip_name2"), ("VAELoader", "vae_name")}
+CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
+# What may sit between the model loader and the cache node: the family's sampling shift.
+MODEL_PATCHES = {"ModelSamplingAuraFlow", "ModelSamplingSD3", "ModelSamplingFlux"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +63,7 @@ class Example:
     steps: int
     cfg: float
     family: str                      # the model family in the stats
+    files: dict                      # file name -> the URL it downloads from, for every model file it loads
     sampler: str = "euler"
     scheduler: str = "simple"
     clip_type: str = "krea2"
@@ -59,20 +71,49 @@ class Example:
     loader: str = "UNETLoader"
     stand_in: str = "krea2"          # the tiny model it runs on here: "krea2" or a family of family_prompts
     vae: str = "wan21"               # the kind of tiny VAE that stands in for its VAE (example_stand_ins)
+    cache: dict = dataclasses.field(default_factory=dict)   # cache settings that differ from the defaults
+    stand_in_steps: int | None = None   # the steps its stand-in samples, when not the example's own
+    # Two experts in turn (Wan 2.2 A14B): (high-noise file, low-noise file), the step the second takes over
+    # at, and file -> the checkpoint standing in for it.
+    experts: tuple[str, ...] = ()
+    split_step: int | None = None
+    stand_ins: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, t: FamilyTemplate) -> Example:
+        """A family's compare template (devkit/example_templates.py), as this test expects it."""
+        low = (t.low_noise,) if t.low_noise else ()
+        files = {f.name: f.url for f in (t.model, *low, *t.text_encoders, t.vae_file)}
+        experts = tuple(f.name for f in (t.model, *low)) if low else ()
+        stand_ins = ({t.model.name: FAMILIES[t.stand_in].model, t.low_noise.name: FAMILY_MODELS[t.low_noise_stand_in]}
+                     if low else {})
+        return cls(t.steps, t.cfg, t.family, files, sampler=t.sampler, scheduler=t.scheduler, clip_type=t.clip_type,
+                   cache_node="CacheDiTDBCache", stand_in=t.stand_in, vae=t.vae, cache=dict(t.cache),
+                   stand_in_steps=t.stand_in_steps, experts=experts, split_step=t.split_step, stand_ins=stand_ins)
+
+    def stage_steps(self) -> list[tuple[int, int]]:
+        """(start, end) of the steps each expert samples, in turn; one model: all of them."""
+        if not self.experts:
+            return [(0, self.stand_in_steps or self.steps)]
+        return [(0, self.split_step), (self.split_step, self.steps)]
 
 
 KREA2 = "Krea-2 (ComfyUI native)"
 EXPECTED = {
-    "krea2_turbo_cachedit.json": Example(8, 1.0, KREA2),
-    "krea2_raw_cachedit.json": Example(52, 3.5, KREA2),
-    "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", loader="Krea2DiffusersLoader"),
-    "krea2_turbo_compare.json": Example(8, 1.0, KREA2),
+    "krea2_turbo_cachedit.json": Example(8, 1.0, KREA2, TURBO_FILES),
+    "krea2_raw_cachedit.json": Example(52, 3.5, KREA2, RAW_FILES),
+    "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", TURBO_FILES,
+                                             loader="Krea2DiffusersLoader"),
+    "krea2_turbo_compare.json": Example(8, 1.0, KREA2, TURBO_FILES),
     # Z-Image Turbo's usual recipe: 9 steps at CFG 1, res_multistep, ModelSamplingAuraFlow shift 3.
-    "zimage_turbo_compare.json": Example(9, 1.0, "Z-Image / Lumina 2 (ComfyUI native)", sampler="res_multistep",
-                                         clip_type="lumina2", cache_node="CacheDiTDBCache", stand_in="zimage",
-                                         vae="flux"),
+    "zimage_turbo_compare.json": Example(9, 1.0, "Z-Image / Lumina 2 (ComfyUI native)", ZIMAGE_FILES,
+                                         sampler="res_multistep", clip_type="lumina2", cache_node="CacheDiTDBCache",
+                                         stand_in="zimage", vae="flux"),
+    # Every other family's compare template: one entry each in devkit/example_templates.py.
+    **{name: Example.of(template) for name, template in FAMILY_TEMPLATES.items()},
 }
 CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache"}
+SAMPLERS = ("KSampler", "KSamplerAdvanced")
 CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.24,
                   "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
                   "max_continuous_cached_steps": 3, "calibrator": "none", "taylorseer_order": 1, "dmd_history": 6,
@@ -142,11 +183,13 @@ def test_example_matches_object_info(path, object_info):
             where = f"{path.name} node {node['id']} ({node['type']}).{name} = {value!r}"
             kind, opts = specs[name]
             if (node["type"], name) in MODEL_WIDGETS:
-                assert value in MODEL_FILES, where
+                files = EXPECTED[path.name].files
+                assert value in files, where
                 # The editor offers the download from properties.models when the file is missing.
                 models = {m["name"]: m for m in node["properties"].get("models", [])}
                 assert value in models, where
-                assert models[value]["url"] == f"{MODEL_FILES[value]}{models[value]['directory']}/{value}", where
+                assert models[value]["url"] == files[value], where
+                assert models[value]["url"].endswith(f"/{value}"), where
             elif kind == "COMBO":
                 assert value in opts["options"], f"{where} not in {opts['options']}"
             elif kind in ("INT", "FLOAT"):
@@ -176,50 +219,82 @@ def test_example_settings(path, object_info):
     """The sampling recipe of each example, and Cache-DiT with its defaults (the reference settings)."""
     workflow = load(path)
     example = EXPECTED[path.name]
-    samplers = nodes_of(workflow, "KSampler")
+    samplers = [sampler for kind in SAMPLERS for sampler in nodes_of(workflow, kind)]
     assert samplers
+    # One model: KSampler; two experts in turn: KSamplerAdvanced with their start and end steps.
+    assert {sampler["type"] for sampler in samplers} == {"KSamplerAdvanced" if example.experts else "KSampler"}
     for sampler in samplers:
-        values = {k: v[0] for k, v in widget_values(sampler, object_info["KSampler"]).items()}
+        values = {k: v[0] for k, v in widget_values(sampler, object_info[sampler["type"]]).items()}
         recipe = (values["steps"], values["cfg"], values["sampler_name"], values["scheduler"])
         assert recipe == (example.steps, example.cfg, example.sampler, example.scheduler), f"KSampler {sampler['id']}"
-    for loader in nodes_of(workflow, "CLIPLoader"):
-        assert widget_values(loader, object_info["CLIPLoader"])["type"][0] == example.clip_type
-    assert [n["type"] for n in workflow["nodes"] if n["type"] in CACHE_NODES] == [example.cache_node]
-    (cache,) = nodes_of(workflow, example.cache_node)
+    loaders = [loader for kind in CLIP_LOADERS for loader in nodes_of(workflow, kind)]
+    assert loaders
+    for loader in loaders:
+        assert widget_values(loader, object_info[loader["type"]])["type"][0] == example.clip_type
+    # Every model file it loads is one of its files, and its note links each of them.
+    loaded = {value for node in workflow["nodes"] if node["type"] not in UI_ONLY_TYPES
+              for name, (value, _) in widget_values(node, object_info[node["type"]]).items()
+              if (node["type"], name) in MODEL_WIDGETS}
+    assert loaded == set(example.files), (loaded, example.files)
+    notes = " ".join(node["widgets_values"][0] for node in nodes_of(workflow, "MarkdownNote"))
+    assert all(f"[{name}]({url})" in notes for name, url in example.files.items()), notes
+    # A cache node per model: each expert's run is its own.
+    caches = nodes_of(workflow, example.cache_node)
+    assert [n["type"] for n in workflow["nodes"] if n["type"] in CACHE_NODES] == \
+        [example.cache_node] * len(example.stage_steps())
     cache_info = object_info[example.cache_node]
-    values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
     defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
-    assert values == defaults
-    # The cache node sits between the model loader and one sampler.
     prompt = to_api_prompt(workflow, object_info)
-    cached = [s for s in samplers if prompt[str(s["id"])]["inputs"]["model"][0] == str(cache["id"])]
-    assert len(cached) == 1, "exactly one KSampler samples through the Cache-DiT node"
-    upstream = prompt[str(cache["id"])]["inputs"]["model"][0]
-    while prompt[upstream]["class_type"] == "ModelSamplingAuraFlow":  # Z-Image's shift sits before the cache
-        upstream = prompt[upstream]["inputs"]["model"][0]
-    assert prompt[upstream]["class_type"] == example.loader
+    stages = []
+    for cache in caches:
+        values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
+        assert values == defaults | example.cache
+        # The cache node sits between the model loader and one sampler.
+        cached = [s for s in samplers if prompt[str(s["id"])]["inputs"]["model"][0] == str(cache["id"])]
+        assert len(cached) == 1, "exactly one sampler samples through each Cache-DiT node"
+        upstream = prompt[str(cache["id"])]["inputs"]["model"][0]
+        while prompt[upstream]["class_type"] in MODEL_PATCHES:  # a family's shift sits before the cache
+            upstream = prompt[upstream]["inputs"]["model"][0]
+        assert prompt[upstream]["class_type"] == example.loader
+        sampled = prompt[str(cached[0]["id"])]["inputs"]
+        steps = (sampled.get("start_at_step", 0), min(sampled.get("end_at_step", example.steps), example.steps))
+        stages.append((prompt[upstream]["inputs"].get("unet_name"), steps))
+    if example.experts:  # the high-noise expert first, then the low-noise one, each its own steps
+        assert sorted(stages, key=lambda stage: stage[1]) == list(zip(example.experts, example.stage_steps()))
 
 
 @pytest.mark.parametrize("path", COMPARE_EXAMPLES, ids=lambda p: p.stem)
 def test_compare_example_differs_only_by_the_cache_node(path, object_info):
-    """Two samplers, one through Cache-DiT: same model, conds, latent, seed and VAE, then compared."""
+    """Two branches, one through Cache-DiT: same model(s), conds, latent, seed and VAE, then compared. A branch
+    is one sampler, or one per expert in turn (Wan 2.2 A14B), each of the cached one through its own node."""
     prompt = to_api_prompt(load(path), object_info)
-    samplers = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] == "KSampler"}
-    cache_id = next(n for n, node in prompt.items() if node["class_type"] in CACHE_NODES)
-    (cached,) = [n for n, inputs in samplers.items() if inputs["model"][0] == cache_id]
-    (uncached,) = [n for n in samplers if n != cached]
-    assert samplers[uncached]["model"] == prompt[cache_id]["inputs"]["model"], "the uncached sampler skips the node"
-    assert {k: v for k, v in samplers[cached].items() if k != "model"} == \
-        {k: v for k, v in samplers[uncached].items() if k != "model"}
-    seed = samplers[cached]["seed"]
-    assert isinstance(seed, list) and prompt[seed[0]]["class_type"] == "PrimitiveInt", "one seed node for both"
-
+    samplers = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] in SAMPLERS}
+    caches = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] in CACHE_NODES}
     decoders = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] == "VAEDecode"}
-    assert sorted(d["samples"][0] for d in decoders.values()) == sorted([cached, uncached])
-    assert len({str(d["vae"]) for d in decoders.values()}) == 1, "one VAE decodes both"
     (compare,) = [node["inputs"] for node in prompt.values() if node["class_type"] == "Krea2CompareImages"]
-    sampled_by = {name: decoders[compare[name][0]]["samples"][0] for name in ("reference", "candidate")}
-    assert sampled_by == {"reference": uncached, "candidate": cached}
+
+    def branch(image: str) -> list[str]:
+        """The samplers that made a compared image, first to last."""
+        chain = [decoders[compare[image][0]]["samples"][0]]
+        while samplers[chain[0]]["latent_image"][0] in samplers:
+            chain.insert(0, samplers[chain[0]]["latent_image"][0])
+        return chain
+
+    cached, uncached = branch("candidate"), branch("reference")
+    assert len(cached) == len(uncached) == len(caches) and set(cached + uncached) == set(samplers)
+    assert samplers[cached[0]]["latent_image"] == samplers[uncached[0]]["latent_image"], "one empty latent"
+    for through, plain in zip(cached, uncached):
+        cache_id = samplers[through]["model"][0]
+        assert cache_id in caches, f"sampler {through} samples through a Cache-DiT node"
+        assert samplers[plain]["model"] == caches[cache_id]["model"], "the uncached sampler skips the node"
+        same = lambda inputs: {k: v for k, v in inputs.items() if k not in ("model", "latent_image")}  # noqa: E731
+        assert same(samplers[through]) == same(samplers[plain])
+        seed = samplers[through].get("seed", samplers[through].get("noise_seed"))
+        assert isinstance(seed, list) and prompt[seed[0]]["class_type"] == "PrimitiveInt", "one seed node for all"
+    assert len({samplers[n]["model"][0] for n in cached}) == len(caches), "a cache node per model"
+
+    assert sorted(d["samples"][0] for d in decoders.values()) == sorted([cached[-1], uncached[-1]])
+    assert len({str(d["vae"]) for d in decoders.values()}) == 1, "one VAE decodes both"
 
 
 def check_compare_outputs(server, prompt: dict, entry: dict, compare_id: str, saved: dict) -> dict:
@@ -248,20 +323,30 @@ def stand_in(example: Example, request) -> tuple:
     if example.stand_in == "krea2":
         return request.getfixturevalue("comfy_server"), TINY_MODEL, request.getfixturevalue("tiny_shape").context_features
     spec = FAMILIES[example.stand_in]
-    return request.getfixturevalue("family_server"), spec.model, spec.context_features
+    # A family with tests of its own has its checkpoint written only when one asks for it (conftest).
+    server = request.getfixturevalue(f"{example.stand_in}_server" if spec.own_tests else "family_server")
+    return server, spec.model, spec.context_features
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     example = EXPECTED[path.name]
     server, model, context_features = stand_in(example, request)
+    pooled = FAMILIES[example.stand_in].pooled_features
     prompt = example_prompt(load(path), object_info, vae_name=write_tiny_vae(comfy_root, server.base_dir, example.vae),
-                            model=model, context_features=context_features, prefix=f"examples/{path.stem}")
-    _, entry, run = run_example(server, prompt)
-    summary = (run["status"], run["steps"], run["cfg"], run["settings"], run["model"])
-    assert summary == ("ok", example.steps, example.cfg, CACHE_DEFAULTS, example.family)
+                            model=model, context_features=context_features, pooled_features=pooled,
+                            prefix=f"examples/{path.stem}", steps=example.stand_in_steps, models=example.stand_ins)
+    _, entry, runs = run_example_nodes(server, prompt)
+    # Each cache node's record is its own run: its model's steps (an expert's share of them), in turn.
+    runs = sorted(runs.values(), key=lambda run: run["sigmas"][0], reverse=True)
+    summaries = [(run["status"], run["steps"], run["cfg"], run["settings"], run["model"]) for run in runs]
+    assert summaries == [("ok", end - start, example.cfg, CACHE_DEFAULTS | example.cache, example.family)
+                         for start, end in example.stage_steps()]
+    for earlier, later in zip(runs, runs[1:]):  # the low-noise run starts where the high-noise one stopped
+        assert earlier["sigmas"][-1] == pytest.approx(later["sigmas"][0])
     saved = saved_images(server, prompt, entry)
     compared = [check_compare_outputs(server, prompt, entry, compare_id, saved)
                 for compare_id in [n for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"]]
-    if run["cached_steps"]:  # served from the cache: the cached image cannot equal the uncached one
-        assert all(metrics["mae_255"] > 0 for metrics in compared), (run["cached_steps"], compared)
+    cached_steps = [run["cached_steps"] for run in runs]
+    if any(cached_steps):  # served from the cache: the cached image cannot equal the uncached one
+        assert all(metrics["mae_255"] > 0 for metrics in compared), (cached_steps, compared)

@@ -14,7 +14,7 @@ show on its own model:
   given its own modulation slice under the cache's wrappers);
 - calls while a skip list (``skip_mmdit``) names a block computed in full, as without the node;
 - a LoRA in Chroma's native keys on both lists changes the image and the mask still caches;
-- multi-GPU sampling refused (one decision per list per call), the run uncached and saying why;
+- two devices (split CFG over two copies): the mask cached in both lists on both devices;
 - the Spectrum node: its preset's steps forecast, a forecast call running no block.
 
 What the shared checks show on the other families and Chroma's path does not change (heun and the
@@ -51,10 +51,12 @@ def prompt(cfg=1.0, neg_tokens=8, cache=None, seed=SEED, prefix="chroma", **kwar
                          prefix=prefix, **kwargs)
 
 
-def check_record(record: dict, calls: int, mode: str):
+def check_record(record: dict, calls: int, mode: str, devices: int = 1):
     assert record["status"] == "ok" and record["model"] == SPEC.name and record["steps"] == STEPS
     assert record["node_id"] == "5" and record["cfg_mode"] == mode and record["calls"] == calls
-    assert record["has_separate_cfg"] == (mode == "split")
+    # Split over several devices, each device is sent one cond: none has separate CFG.
+    assert record["has_separate_cfg"] == (mode == "split" and devices == 1)
+    assert record["device_count"] == devices
     assert record["cached_steps"] == MASK_CACHED
     assert [(b["blocks"], b["size"], b["cached_steps"]) for b in record["block_lists"]] == [
         ("double_blocks", 2, MASK_CACHED), ("single_blocks", 2, MASK_CACHED)]
@@ -157,14 +159,19 @@ def test_a_lora_in_chromas_own_keys_changes_the_image_and_the_mask_still_caches(
     assert "lora key not loaded" not in chroma_server.log_text()[start:]
 
 
-def test_multi_gpu_sampling_runs_uncached_saying_why(chroma_server):
-    """The devices' shared decision expects one cache-dit decision per call; Chroma makes one per list."""
-    graph = prompt(cache=FAST, prefix="chroma_mgpu")
+def test_two_devices_cache_the_mask_in_both_lists_on_both(chroma_server):
+    """Split CFG over two device copies (cond on one, uncond on the other, each block given its own slice of
+    its copy's table): each list is cached on the mask's steps on both devices, one decision per step and list."""
+    graph = prompt(cfg=3.5, neg_tokens=13, cache=FAST, prefix="chroma_mgpu")
     graph["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
     graph["5"]["inputs"]["model"] = ["20", 0]
     latent, record = latent_and_record(chroma_server, graph, timeout=900)
-    assert record["status"] == "skipped" and record["cached_steps"] == []
-    assert any("several block lists" in w for w in record["warnings"]), record["warnings"]
+    check_record(record, calls=2 * STEPS, mode="split", devices=2)
+    assert record["warnings"] == []
+    for device, branch in zip(record["devices"], (0, 1)):
+        assert {tuple(entry[1]) for entry in device["call_log"]} == {(branch,)}
+        assert [(b["blocks"], b["cached_steps"], b["partial_steps"]) for b in device["block_lists"]] == [
+            ("double_blocks", MASK_CACHED, []), ("single_blocks", MASK_CACHED, [])]
     assert torch.isfinite(latent).all()
 
 

@@ -2,11 +2,13 @@
 family's own keys, TorchCompileModel and multi-GPU sampling (real server, the seeded-random models of
 devkit/comfy_models.py).
 
-TorchCompileModel before and after the node on Wan, Z-Image and Flux.1 (its model compiled around
-both wrapped lists); two devices on Wan and Z-Image (multi-GPU sampling of Flux is refused, see
-test_families_flux_comfyui); a LoRA in native keys on Z-Image and Flux.1 (both lists; Wan's LoRA
-tests, before and after the node, are in test_families_compat_comfyui). A Z-Image run takes 40-60 s
-on 2 CPU cores, so each check is the cheapest run that shows it on the family's own path.
+TorchCompileModel before and after the node on Wan, Z-Image, Flux.1 (its model compiled around
+both wrapped lists) and Qwen-Image; two devices on Wan, Z-Image and Qwen-Image (Flux's and Chroma's,
+one decision per block list, are in test_families_flux_comfyui and test_families_chroma_comfyui); a
+LoRA in native keys on Z-Image, Flux.1 (both lists) and Qwen-Image (its LoRA format: module names
+without a prefix); Wan's LoRA tests, before and after the node, are in test_families_compat_comfyui.
+A Z-Image run takes 40-60 s on 2 CPU cores, so each check is the cheapest run that shows it on the
+family's own path.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ LORA_LAYERS = {
     "zimage": [f"layers.{block}.{layer}" for block in range(2) for layer in ("attention.out", "feed_forward.w2")],
     "flux1": [*(f"double_blocks.{block}.img_attn.proj" for block in range(2)),
               *(f"single_blocks.{block}.linear2" for block in range(3))],
+    "qwen_image": [f"transformer_blocks.{block}.{layer}" for block in range(2)
+                   for layer in ("attn.to_out.0", "img_mlp.net.2")],
 }
+# How a LoRA file names its keys: ComfyUI's own ``diffusion_model.`` prefix, or the family's LoRA format
+# (Qwen-Image's LoRAs name its modules as they are, ``transformer_blocks.N...``, without a prefix).
+LORA_PREFIX = {"qwen_image": ""}
 lora_families = pytest.mark.parametrize("family", list(LORA_LAYERS), scope="module")
 
 
@@ -56,8 +63,9 @@ def lora(family_server, family):
         for name in LORA_LAYERS[family]:
             rows, cols = stored.get_slice(f"{name}.weight").get_shape()
             scale = (0.5 / cols ** 0.5) ** 0.5
-            weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
-            weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
+            prefix = LORA_PREFIX.get(family, "diffusion_model.")
+            weights[f"{prefix}{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
+            weights[f"{prefix}{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
     name = f"{family}_test_lora.safetensors"
     save_file(weights, str(family_server.base_dir / "models" / "loras" / name))
     return name
@@ -79,7 +87,7 @@ def test_a_lora_in_the_familys_own_keys_changes_the_image_and_the_node_still_cac
 
 # --- TorchCompileModel --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family", ["wan", "zimage", "flux1"], scope="module")
+@pytest.mark.parametrize("family", ["wan", "zimage", "flux1", "qwen_image"], scope="module")
 @pytest.mark.parametrize("place", ["before", "after"])
 def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(family_server, family, eager, place):
     reference, eager_record = eager
@@ -104,7 +112,7 @@ def two_device_prompt(family, cache, prefix):
     return insert_after_loader(prompt, "20", {"class_type": "Krea2TestMultiGPU", "inputs": {}})
 
 
-@pytest.mark.parametrize("family", ["wan", "zimage"])
+@pytest.mark.parametrize("family", ["wan", "zimage", "qwen_image"])
 def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(family_server, family):
     plain, _ = run(family_server, two_device_prompt(family, None, "mgpu_plain"), node_id=None)
     off, off_record = run(family_server, two_device_prompt(family, OFF, "mgpu_off"))

@@ -1,5 +1,6 @@
 """Flux through CacheDiTDBCache beyond the family tests: two block lists in the record, the Flux.2
-file with a guidance embedding, a ControlNet's ``control``, reference latents (real server, tiny
+file with a guidance embedding, a ControlNet's ``control``, reference latents, multi-GPU sampling
+(two device copies, one decision per step and block list shared by them) (real server, tiny
 seeded-random Flux.1 dev, Flux.2 dev and Flux.2 Klein from tests/comfy_models.py).
 
 The family tests (test_families_comfyui, families "flux1" and "flux2" = Klein) check CFG modes, the
@@ -13,7 +14,8 @@ import torch
 
 from comfy_models import FAMILY_MODELS
 from family_prompts import family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF, run_ok
+from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record, run_ok
+from test_families_compat_comfyui import insert_after_loader
 
 pytestmark = pytest.mark.comfyui
 
@@ -91,15 +93,88 @@ def test_reference_latents_are_cached(family_server, method):
     assert stats["cached_steps"] == FAST_8_CACHED and torch.isfinite(family_server.saved_latent(cached, "7")).all()
 
 
-def test_multi_gpu_sampling_of_flux_runs_uncached_saying_why(family_server):
-    """The devices' shared decision expects one cache-dit decision per call; Flux makes one per list."""
-    def two_devices(prompt):
-        prompt["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
-        prompt["5"]["inputs"]["model"] = ["20", 0]
-        return prompt
+# --- multi-GPU: one decision per step and block list, shared by the devices ----------------------------------
 
-    entry, [stats] = family_server.run_with_stats(two_devices(family_prompt("flux1", cfg=3.5, neg_tokens=13,
-                                                                             seed=12, cache=FAST)))
-    assert stats["status"] == "skipped" and stats["cached_steps"] == []
-    assert any("several block lists" in w for w in stats["warnings"]), stats["warnings"]
-    assert torch.isfinite(family_server.saved_latent(entry, "7")).all()
+def two_devices(prompt: dict) -> dict:
+    """A second device key on the CPU (``Krea2TestMultiGPU``, as ``MultiGPU CFG Split`` builds it) after the loader."""
+    return insert_after_loader(prompt, "20", {"class_type": "Krea2TestMultiGPU", "inputs": {}})
+
+
+def split_prompt(cache, prefix: str, devices: int = 2) -> dict:
+    """Flux.1 at CFG 3.5 with 8 and 13 caption tokens: split CFG, on two devices cond on one and uncond on the other."""
+    prompt = family_prompt("flux1", cfg=3.5, neg_tokens=13, seed=12, cache=cache, prefix=prefix)
+    return two_devices(prompt) if devices == 2 else prompt
+
+
+def per_list(record: dict) -> list[tuple]:
+    return [(b["blocks"], b["size"], b["cached_steps"], b["partial_steps"]) for b in record["block_lists"]]
+
+
+def check_two_devices(record: dict) -> dict[str, dict]:
+    """Cond ran on one copy and uncond on the other, each on its own thread, every step, each list counted per
+    device; the run's lists are the devices' (a list is cached in a step on every device or on none)."""
+    assert record["status"] == "ok" and record["device_count"] == 2, record["warnings"]
+    assert record["warnings"] == [] and record["cfg_mode"] == "split" and record["calls"] == 16
+    devices = {d["device"]: d for d in record["devices"]}
+    assert list(devices) == ["cpu", "cpu:1"] and len({d["module_id"] for d in devices.values()}) == 2
+    assert devices["cpu"]["threads"] != devices["cpu:1"]["threads"]
+    for label, branch in (("cpu", 0), ("cpu:1", 1)):
+        assert [(entry[0], entry[1]) for entry in devices[label]["call_log"]] == [(step, [branch]) for step in range(8)]
+        assert per_list(devices[label]) == per_list(record)
+    assert all(b["partial_steps"] == [] for b in record["block_lists"])
+    return devices
+
+
+def test_two_devices_cache_each_list_on_the_steps_one_device_does_and_off_is_exact(family_server):
+    """Off on two devices is bit-identical to one device without the node; the mask caches each list on
+    every device on the steps it caches on one device."""
+    plain, _ = latent_and_record(family_server, split_prompt(None, "flux_mgpu_plain", devices=1))
+    off, off_record = latent_and_record(family_server, split_prompt(OFF, "flux_mgpu_off"))
+    check_two_devices(off_record)
+    assert off_record["cached_steps"] == [] and off_record["block_evals"] == 16 * 5
+    assert torch.equal(off, plain)
+    _, single = latent_and_record(family_server, split_prompt(FAST, "flux_mgpu_one", devices=1))
+    assert (single["cfg_mode"], single["device_count"]) == ("split", 1)
+    _, record = latent_and_record(family_server, split_prompt(FAST, "flux_mgpu_fast"))
+    check_two_devices(record)
+    assert per_list(record) == per_list(single) == [("double_blocks", 2, FAST_8_CACHED, []),
+                                                    ("single_blocks", 3, FAST_8_CACHED, [])]
+    assert record["cached_steps"] == single["cached_steps"] == FAST_8_CACHED
+    assert record["block_evals"] == single["block_evals"] == 2 * (5 * 5 + 3 * 2)
+
+
+def test_with_the_threshold_each_list_is_cached_on_every_device_or_on_none(family_server):
+    """At the first step after warmup, a threshold between the two devices' changes on one list and above
+    both on the other: the first list computes on both devices (the calm device's stream says another
+    device decided) while the other list is cached on both, in the same step."""
+    def threshold(value, prefix):
+        return split_prompt({"residual_diff_threshold": value, "max_warmup_steps": 2,
+                             "max_continuous_cached_steps": -1}, prefix)
+
+    _, measured = latent_and_record(family_server, threshold(1e-9, "flux_mgpu_measure"))
+    check_two_devices(measured)
+    assert measured["cached_steps"] == []
+    step = 2
+    changes: dict[str, dict[str, float]] = {}   # list -> device -> its change at ``step``
+    for stream in measured["streams"]:
+        change = stream["residual_diffs"][stream["steps"].index(step)]
+        changes.setdefault(stream["blocks"], {})[stream["device"]] = change
+    assert set(changes) == {"double_blocks", "single_blocks"} and all(len(c) == 2 for c in changes.values())
+    # The list whose larger change is the largest decides by its devices' disagreement, the other is cached.
+    split_list = max(changes, key=lambda name: max(changes[name].values()))
+    [calm_list] = set(changes) - {split_list}
+    low, high = sorted(changes[split_list].values())
+    assert max(changes[calm_list].values()) < high, changes
+    value = (max(low, max(changes[calm_list].values())) + high) / 2
+    calm_device = min(changes[split_list], key=changes[split_list].get)
+
+    _, record = latent_and_record(family_server, threshold(value, "flux_mgpu_threshold"))
+    devices = check_two_devices(record)
+    lists = {b["blocks"]: b["cached_steps"] for b in record["block_lists"]}
+    assert step in lists[calm_list] and step not in lists[split_list], (value, changes, lists)
+    assert record["cached_steps"] == sorted(set(lists[calm_list]) & set(lists[split_list]))
+    # The device that would have cached the split list says another device computed it; its other list cached.
+    reasons = {(s["device"], s["blocks"]): s["step_reasons"][s["steps"].index(step)] for s in record["streams"]}
+    assert reasons[calm_device, split_list] == "other_device", reasons
+    assert reasons[calm_device, calm_list] == "threshold" and all(
+        reasons[label, calm_list] == "threshold" for label in devices), reasons

@@ -14,11 +14,11 @@ video latent at 8 steps:
 - a ``patches_replace`` double block and a ControlNet's ``control`` computed in full, as without the node;
 - heun (two evaluations a step) with split CFG, and caching off under heun bit-identical;
 - a LoRA in native keys; TorchCompileModel before the node;
-- two devices (ComfyUI's MultiGPU CFG split): with one block list, off bit-identical and the mask cached on both;
+- two devices (ComfyUI's MultiGPU CFG split): off bit-identical and the mask cached on both;
 - the Spectrum node's preset forecasting its steps, a forecast call running no block.
 
 HunyuanImage 2.1 (2D latent, two lists): the mask cached in both lists with batched CFG and caching off
-bit-identical; its two devices refused (several block lists), the run uncached and saying why.
+bit-identical; on two devices, the mask cached in both lists on both.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def two_devices(graph):
 
 
 def test_two_devices_off_is_bit_identical_and_the_mask_caches_on_both(server):
-    """One block list (the single-stream list is empty): the devices share cache-dit's one decision a call."""
+    """The one block list (the single-stream list is empty) decided once per step for both devices."""
     split = dict(cfg=3.5, neg_tokens=13, seed=71)
     plain, _ = run(server, two_devices(prompt(**split, prefix="hunyuan_mgpu_plain")), node_id=None)
     off, off_record = run(server, two_devices(prompt(**split, cache=OFF, prefix="hunyuan_mgpu_off")))
@@ -267,10 +267,14 @@ def test_hunyuan_image_caches_the_mask_in_both_lists_and_off_is_bit_identical(se
     assert latent.shape == plain.shape and latent.ndim == 4 and torch.isfinite(latent).all()
 
 
-def test_hunyuan_image_on_two_devices_runs_uncached_saying_why(server):
-    """Two block lists make two cache-dit decisions a call; the devices' shared decision expects one."""
+def test_hunyuan_image_on_two_devices_caches_the_mask_in_both_lists_on_both(server):
+    """Split CFG over two device copies (cond on one, uncond on the other): one decision per step and list."""
     latent, record = run(server, two_devices(prompt(IMAGE, cfg=3.5, neg_tokens=13, cache=FAST,
                                                     prefix="hunyuan_image_mgpu")))
-    assert record["status"] == "skipped" and record["cached_steps"] == []
-    assert any("several block lists" in w for w in record["warnings"]), record["warnings"]
+    assert record["status"] == "ok" and record["device_count"] == 2 and record["warnings"] == []
+    assert record["cached_steps"] == FAST_8_CACHED and record["cfg_mode"] == "split"
+    for device, branch in zip(record["devices"], (0, 1)):
+        assert {tuple(entry[1]) for entry in device["call_log"]} == {(branch,)}
+        assert [(b["blocks"], b["cached_steps"]) for b in device["block_lists"]] == [
+            ("double_blocks", FAST_8_CACHED), ("single_blocks", FAST_8_CACHED)]
     assert torch.isfinite(latent).all()

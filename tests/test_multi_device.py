@@ -35,8 +35,56 @@ def test_a_step_is_cached_on_every_device_or_on_none():
         assert vote_together(consensus, step, {"cuda:0": True, "cuda:1": True}) == {"cuda:0": True, "cuda:1": True}
     # One device whose residual changed too much: neither serves the step from the cache.
     assert vote_together(consensus, 30, {"cuda:0": True, "cuda:1": False}) == {"cuda:0": False, "cuda:1": False}
-    assert consensus.overridden() == {30: ["cuda:0"]}
+    assert consensus.overridden() == {30: {None: ["cuda:0"]}}
     assert consensus.timeouts() == {}
+
+
+def vote_lists_together(consensus: StepConsensus, step: int, votes: dict[str, tuple[bool, bool]]) -> dict:
+    """Each device votes on its two lists in loop order from its own thread (a call runs one list, then the next)."""
+    results: dict[str, list[bool]] = {}
+    start = threading.Barrier(len(votes))
+
+    def device(label, per_list):
+        start.wait()
+        results[label] = [consensus.vote(step, label, cache, block_list)
+                          for block_list, cache in zip(("double_blocks", "single_blocks"), per_list)]
+
+    threads = [threading.Thread(target=device, args=item) for item in votes.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(results) == len(votes), "a device never got its answer"
+    return {label: tuple(answer) for label, answer in results.items()}
+
+
+def test_each_block_list_is_decided_for_every_device_apart_from_the_other_lists():
+    consensus = StepConsensus(min_wait_s=5.0)
+    assert vote_lists_together(consensus, 0, {"a": (False, False), "b": (False, False)}) == {
+        "a": (False, False), "b": (False, False)}
+    # The double list: both say yes; the single list: "b" says no. Only the double list is cached, on both.
+    assert vote_lists_together(consensus, 1, {"a": (True, True), "b": (True, False)}) == {
+        "a": (True, False), "b": (True, False)}
+    assert vote_lists_together(consensus, 2, {"a": (False, True), "b": (True, True)}) == {
+        "a": (False, True), "b": (False, True)}
+    assert consensus.overridden() == {1: {"single_blocks": ["a"]}, 2: {"double_blocks": ["b"]}}
+    assert consensus.timeouts() == {}
+
+
+def test_a_device_that_failed_after_its_first_list_is_not_waited_for_on_the_next():
+    consensus = StepConsensus(min_wait_s=30.0)
+    vote_lists_together(consensus, 0, {"a": (False, False), "b": (False, False)})
+    assert vote_lists_together(consensus, 1, {"a": (True, True), "b": (True, True)}) == {
+        "a": (True, True), "b": (True, True)}
+    answer = {}
+    early = threading.Thread(target=lambda: answer.setdefault("b", consensus.vote(2, "b", True, "double_blocks")))
+    early.start()
+    assert consensus.vote(2, "a", True, "double_blocks") is True
+    early.join(timeout=5)
+    consensus.withdraw(2, "b")                            # "b"'s call failed inside its double list
+    started = time.monotonic()
+    assert consensus.vote(2, "a", True, "single_blocks") is True
+    assert time.monotonic() - started < 1 and answer == {"b": True}
 
 
 def test_a_yes_waits_for_the_other_devices_vote():

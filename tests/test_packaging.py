@@ -87,6 +87,15 @@ def test_pyproject_metadata():
     assert sorted(requirements) == sorted(project["dependencies"])
 
 
+def test_the_registry_description_names_every_supported_family():
+    """The description the Comfy Registry and ComfyUI-Manager show says what the pack covers: every family."""
+    from adapters.registry import SUPPORTED
+
+    description = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["description"]
+    missing = sorted({family.model for family in SUPPORTED if family.model not in description})
+    assert not missing, f"pyproject.toml's [project].description does not name {missing}: add them to it"
+
+
 def test_comfy_node_validate(staged_repo):
     result = run_comfy(["node", "validate"], staged_repo)
     assert "Security warnings" not in result.stdout, result.stdout

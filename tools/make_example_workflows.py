@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import ComfyServer, find_comfyui  # noqa: E402
 from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs  # noqa: E402
+from example_templates import FAMILY_TEMPLATES, FamilyTemplate, ModelFile  # noqa: E402
 
 OUT_DIR = REPO_ROOT / "example_workflows"
 PACK_CNR_ID = "comfyui-krea2-cachedit"  # the registry id ([project].name), so the editor can offer the pack
@@ -112,8 +113,8 @@ def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -
         ui["outputs"] = [{"localized_name": n, "name": n, "type": t, "slot_index": i,
                           "links": out_links.get((node["id"], i), [])}
                          for i, (n, t) in enumerate(zip(info["output_name"], info["output"]))]
-        ui["properties"] = {"Node name for S&R": node["type"],
-                            "cnr_id": PACK_CNR_ID if node["type"].startswith("Krea2") else "comfy-core"}
+        ours = node["type"].startswith("Krea2") or node["type"].startswith("CacheDiT")
+        ui["properties"] = {"Node name for S&R": node["type"], "cnr_id": PACK_CNR_ID if ours else "comfy-core"}
         if "models" in node:
             ui["properties"]["models"] = node["models"]
         values = []
@@ -250,6 +251,158 @@ def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_i
     return build(name, nodes, links, object_info)
 
 
+def file_ref(file: ModelFile) -> dict:
+    return {"name": file.name, "url": file.url, "directory": file.directory}
+
+
+def family_note(t: FamilyTemplate) -> str:
+    files = [t.model, *([t.low_noise] if t.low_noise else []), *t.text_encoders, t.vae_file]
+    links = "\n".join(f"- `{f.directory}/`: [{f.name}]({f.url})" for f in files)
+    changed = ", ".join(f"`{k}` {v}" for k, v in t.cache.items())
+    settings = f"the node's defaults except {changed}" if changed else "the node's defaults"
+    if t.low_noise:
+        graph = ("Both branches share the two models, the prompts, the empty latent and the **Seed** node; each "
+                 "samples the high-noise model, then the low-noise one (two KSamplerAdvanced). The top branch samples "
+                 "each model through its own **Cache-DiT DBCache (any supported DiT)**, the bottom one without them. ")
+    else:
+        graph = ("Both KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
+                 "samples through **Cache-DiT DBCache (any supported DiT)**, the bottom one without it. ")
+    return (
+        f"## {t.title}: with and without Cache-DiT\n\n"
+        f"{graph}**Krea-2 Compare Images** "
+        "(it compares any two images) shows on the node how far the cached image is from the uncached one: MAE "
+        "(0-255), PSNR (dB; identical images give 100 dB) and a heatmap of where they differ (black = identical). "
+        "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
+        f"**Recipe**: {t.recipe}\n\n**Cache settings**: {settings}. {t.evidence}\n\n"
+        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n"
+    )
+
+
+def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> dict:
+    """A family's compare template (devkit/example_templates.py): one seed sampled with and without
+    CacheDiTDBCache, then compared; the cache node has the schema's defaults but ``template.cache``.
+
+    With ``template.low_noise`` (Wan 2.2 A14B) each branch samples two experts in turn with KSamplerAdvanced,
+    and the cached branch has a cache node per expert."""
+    t = template
+    cache_info = object_info["CacheDiTDBCache"]
+    defaults = {n: opts["default"] for n, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
+    unknown = sorted(set(t.cache) - set(defaults))
+    assert not unknown, f"{name}: the cache node has no input {unknown}"
+    if len(t.text_encoders) == 1:
+        clip = {"type": "CLIPLoader", "widgets": {"clip_name": t.text_encoders[0].name, "type": t.clip_type,
+                                                 "device": "default"}}
+    else:
+        clip = {"type": "DualCLIPLoader", "widgets": {"clip_name1": t.text_encoders[0].name,
+                                                     "clip_name2": t.text_encoders[1].name,
+                                                     "type": t.clip_type, "device": "default"}}
+    prefix = name.removesuffix("_compare.json")
+    nodes = [
+        {"id": 2, "pos": [40, 200], "size": [380, 130], "models": [file_ref(f) for f in t.text_encoders], **clip},
+        {"id": 3, "type": "VAELoader", "pos": [40, 380], "size": [380, 60],
+         "widgets": {"vae_name": t.vae_file.name}, "models": [file_ref(t.vae_file)]},
+        {"id": 5, "type": "CLIPTextEncode", "title": "Positive Prompt", "pos": [460, 460], "size": [400, 180],
+         "widgets": {"text": PROMPT}},
+        {"id": 7, "type": t.latent, "pos": [460, 900], "size": [300, 110],
+         "widgets": {**t.latent_size, "batch_size": 1}},
+        {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
+         "widgets": {"value": 42, "control_after_generate": "randomize"}},
+        {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 560], "text": family_note(t)},
+    ]
+    links = [(2, 0, 5, "clip")]
+    if t.negative is None:
+        nodes.append({"id": 6, "type": "ConditioningZeroOut", "pos": [460, 690], "size": [240, 30], "widgets": {}})
+        links.append((5, 0, 6, "conditioning"))
+    else:
+        nodes.append({"id": 6, "type": "CLIPTextEncode", "title": "Negative Prompt", "pos": [460, 690],
+                      "size": [400, 120], "widgets": {"text": t.negative}})
+        links.append((2, 0, 6, "clip"))
+
+    def expert(loader: int, shift_id: int, cache: int, file: ModelFile, y: int, title: str | None) -> int:
+        """Its loader, its shift (linked here) and its cache node; returns the node the model comes from (the
+        loader, or the shift after it), which feeds the cache node and the uncached sampler."""
+        nodes.append({"id": loader, "type": "UNETLoader", "pos": [40, y], "size": [380, 110],
+                      "widgets": {"unet_name": file.name, "weight_dtype": "default"}, "models": [file_ref(file)],
+                      **({"title": f"Load {title}"} if title else {})})
+        nodes.append({"id": cache, "type": "CacheDiTDBCache", "pos": [460, y], "size": [340, 370],
+                      "widgets": {**defaults, **t.cache}, **({"title": f"Cache-DiT ({title})"} if title else {})})
+        if t.shift is None:
+            return loader
+        shift_type, shift = t.shift
+        nodes.append({"id": shift_id, "type": shift_type, "pos": [460, y - 120], "size": [300, 60],
+                      "widgets": {"shift": shift}})
+        links.append((loader, 0, shift_id, "model"))
+        return shift_id
+
+    if t.low_noise is None:
+        models = [(expert(1, 18, 4, t.model, 40, None), 4)]
+    else:
+        models = [(expert(1, 18, 4, t.model, 40, "high noise"), 4),
+                  (expert(20, 21, 22, t.low_noise, 480, "low noise"), 22)]
+    positive = 5
+    if t.guidance is not None:
+        nodes.append({"id": 19, "type": "FluxGuidance", "pos": [460, 660], "size": [300, 60],
+                      "widgets": {"guidance": t.guidance}})
+        links.append((5, 0, 19, "conditioning"))
+        positive = 19
+
+    def sampler(node_id: int, pos: list[int], title: str, stage: str | None = None) -> dict:
+        if stage is None:
+            return {"id": node_id, "type": "KSampler", "title": title, "pos": pos, "size": [320, 270],
+                    "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": t.steps, "cfg": t.cfg,
+                                "sampler_name": t.sampler, "scheduler": t.scheduler, "denoise": 1.0}}
+        high = stage == "high"
+        return {"id": node_id, "type": "KSamplerAdvanced", "title": title, "pos": pos, "size": [320, 340],
+                "widgets": {"add_noise": "enable" if high else "disable", "noise_seed": 42,
+                            "control_after_generate": "randomize", "steps": t.steps, "cfg": t.cfg,
+                            "sampler_name": t.sampler, "scheduler": t.scheduler,
+                            "start_at_step": 0 if high else t.split_step,
+                            "end_at_step": t.split_step if high else 10000,
+                            "return_with_leftover_noise": "enable" if high else "disable"}}
+
+    def sampled(node: int, model: int, latent: int, seed: str) -> list[tuple]:
+        return [(model, 0, node, "model"), (positive, 0, node, "positive"), (6, 0, node, "negative"),
+                (latent, 0, node, "latent_image"), (17, 0, node, seed)]
+
+    def branch(decode: int, save: int, samplers: list[int], through_cache: bool) -> list[tuple]:
+        """The links of one branch: its samplers in turn (each expert's), then its decode and save."""
+        seed = "seed" if t.low_noise is None else "noise_seed"
+        out, latent = [], 7
+        for node, (model, cache) in zip(samplers, models):
+            out += sampled(node, cache if through_cache else model, latent, seed)
+            latent = node
+        return [*out, (latent, 0, decode, "samples"), (3, 0, decode, "vae"), (decode, 0, save, "images")]
+
+    if t.low_noise is None:
+        cached, uncached = [8], [12]
+        nodes += [sampler(8, [900, 40], "KSampler (Cache-DiT)"), sampler(12, [900, 360], "KSampler (uncached)")]
+    else:
+        cached, uncached = [8, 23], [12, 24]
+        nodes += [sampler(8, [900, 40], "High noise (Cache-DiT)", "high"),
+                  sampler(23, [1240, 40], "Low noise (Cache-DiT)", "low"),
+                  sampler(12, [900, 420], "High noise (uncached)", "high"),
+                  sampler(24, [1240, 420], "Low noise (uncached)", "low")]
+    nodes += [
+        {"id": 9, "type": "VAEDecode", "pos": [1260, 40], "size": [210, 50], "widgets": {}},
+        {"id": 10, "type": "SaveImage", "title": "Cache-DiT", "pos": [1980, 40], "size": [400, 440],
+         "widgets": {"filename_prefix": f"{prefix}_cachedit"}},
+        {"id": 13, "type": "VAEDecode", "pos": [1260, 360], "size": [210, 50], "widgets": {}},
+        {"id": 14, "type": "SaveImage", "title": "Uncached", "pos": [1980, 520], "size": [400, 440],
+         "widgets": {"filename_prefix": f"{prefix}_uncached"}},
+        {"id": 15, "type": "Krea2CompareImages", "pos": [1520, 40], "size": [420, 560], "widgets": {}},
+        {"id": 16, "type": "SaveImage", "title": "Difference", "pos": [1520, 640], "size": [420, 440],
+         "widgets": {"filename_prefix": f"{prefix}_difference"}},
+    ]
+    links += [
+        *[(model, 0, cache, "model") for model, cache in models],
+        *branch(9, 10, cached, True), *branch(13, 14, uncached, False),
+        (13, 0, 15, "reference"), (9, 0, 15, "candidate"), (15, 0, 16, "images"),
+    ]
+    order = [1, 20, 2, 3, 4, 22, 5, 7, 17, 11, 6, 18, 21, 19, 8, 23, 9, 10, 12, 24, 13, 14, 15, 16]
+    nodes.sort(key=lambda node: order.index(node["id"]))  # the order the editor runs and lists them in
+    return build(name, nodes, links, object_info)
+
+
 EXAMPLES = {
     # Krea-2 Turbo: 8 steps, CFG 1, euler/simple, 1024x1024 (Comfy-Org's Turbo template settings).
     "krea2_turbo_cachedit.json": (text_to_image, dict(variant="turbo", steps=8, cfg=1.0)),
@@ -277,8 +430,9 @@ def fetch_object_info() -> dict:
 def main():
     object_info = fetch_object_info()
     OUT_DIR.mkdir(exist_ok=True)
-    for name, (make, spec) in EXAMPLES.items():
-        workflow = make(name, object_info=object_info, **spec)
+    workflows = {name: make(name, object_info=object_info, **spec) for name, (make, spec) in EXAMPLES.items()}
+    workflows |= {name: family_compare(name, template, object_info) for name, template in FAMILY_TEMPLATES.items()}
+    for name, workflow in workflows.items():
         (OUT_DIR / name).write_text(json.dumps(workflow, indent=2) + "\n")
         print(f"wrote {OUT_DIR / name}")
 

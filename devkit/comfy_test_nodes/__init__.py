@@ -38,6 +38,8 @@
   8 bits (a PNG sent over HTTP) carries the latent exactly, so equal images mean bit-identical latents.
 - ``Krea2TestModelWatch`` (``model_watch.py``): weak references to a model and its modules, read
   back with the pack's module-level registries by a route, to check that a model that ran is freed.
+- ``Krea2TestFinalLayerProbe``: per model call, the first block's output and the final layer's input
+  and outputs (MiniMax H3's video and audio rows), saved for a test to check what a cached step served.
 
 Krea-2's text encoder (Qwen3-VL-4B) has a fixed multi-GB architecture, so tests
 cannot generate a small one. This node stands in for CLIPLoader + CLIPTextEncode
@@ -75,14 +77,17 @@ class Krea2TestConditioning:
         }, "optional": {
             "nonce": ("INT", {"default": 0, "min": 0, "max": 2**62}),
             "pooled_features": ("INT", {"default": 0, "min": 0, "max": 1 << 16}),
+            "attention_mask": ("BOOLEAN", {"default": False}),
         }}
 
-    def make(self, seed, tokens, features, nonce=0, pooled_features=0):
+    def make(self, seed, tokens, features, nonce=0, pooled_features=0, attention_mask=False):
         generator = torch.Generator().manual_seed(seed)
         context = torch.randn((1, tokens, features), generator=generator)
         extra = {}
         if pooled_features:  # Flux.1's CLIP-L pooled vector (its ``y``)
             extra["pooled_output"] = torch.randn((1, pooled_features), generator=generator)
+        if attention_mask:  # every token kept, as LTXV's T5 conditioning carries its mask
+            extra["attention_mask"] = torch.ones((1, tokens), dtype=torch.long)
         return ([[context, extra]],)
 
 
@@ -488,3 +493,54 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
 
 register_measurement_routes(PromptServer.instance.routes)
 register_model_watch_route(PromptServer.instance.routes)
+
+
+class Krea2TestFinalLayerProbe:
+    """Records, per model call of one sampling run, the first block's output (the Fn blocks' output at
+    Fn 1), the hidden state the final layer reads and what it returns (MiniMax H3: video and audio rows),
+    with the call's ``cond_or_uncond``, into ``log_path`` (``torch.save``, at the end of the run). Forward
+    hooks on the model's own first block and final layer, taken when the node runs (before any cache
+    wraps the block list), held only while the run samples."""
+
+    CATEGORY = "Krea-2/testing"
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "patch"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"model": ("MODEL",), "log_path": ("STRING", {"default": ""})}}
+
+    def patch(self, model, log_path):
+        import comfy.patcher_extension
+
+        diffusion_model = model.model.diffusion_model
+        first_block, final_layer = diffusion_model.blocks[0], diffusion_model.final_layer
+
+        def outer_sample(executor, *args, **kwargs):
+            calls = []
+
+            def after_first(module, block_args, block_kwargs, output):
+                options = block_kwargs.get("transformer_options") or {}
+                calls.append({"branches": list(options.get("cond_or_uncond") or []),
+                              "fn_out": output.detach().clone()})
+
+            def after_final(module, layer_args, output):
+                calls[-1].update(final_in=layer_args[0].detach().clone(), video=output[0].detach().clone(),
+                                 audio=output[1].detach().clone())
+
+            hooks = [first_block.register_forward_hook(after_first, with_kwargs=True),
+                     final_layer.register_forward_hook(after_final)]
+            try:
+                return executor(*args, **kwargs)
+            finally:
+                for hook in hooks:
+                    hook.remove()
+                torch.save(calls, log_path)
+
+        patched = model.clone()
+        patched.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.OUTER_SAMPLE, "krea2_test_final_layer_probe",
+                                     outer_sample)
+        return (patched,)
+
+
+NODE_CLASS_MAPPINGS["Krea2TestFinalLayerProbe"] = Krea2TestFinalLayerProbe

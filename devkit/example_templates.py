@@ -1,0 +1,145 @@
+"""The compare template of each family besides Krea-2: one entry each, the only place a template is described.
+
+``tools/make_example_workflows.py`` writes ``example_workflows/<name>`` from an entry (the graph: loaders
+with Comfy-Org's file names and download links, the family's usual recipe, the cache node with one seed
+sampled with and without it, **Krea-2 Compare Images**, a note), and ``tests/test_example_workflows.py``
+checks the written file against the entry (files and links, recipe, CLIP type, cache settings) and runs it on
+the family's tiny stand-in (``stand_in``: a spec of ``devkit/family_prompts.py``; ``vae``: a stand-in of
+``tests/example_stand_ins.py``). Adding a family's template: one entry here, then rerun the tool.
+
+A model split in two experts (Wan 2.2 A14B: ``low_noise``) gets a loader, a shift and a cache node per expert, and
+two KSamplerAdvanced per branch: the high-noise one from step 0 to ``split_step``, the low-noise one from there on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from family_prompts import CHROMA, FLUX
+
+HF = "https://huggingface.co"
+WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFile:
+    name: str        # the file name the loader's widget holds
+    directory: str   # its folder under ComfyUI/models
+    url: str         # where it downloads from (the editor offers it when the file is missing)
+
+
+def split_file(repo: str, directory: str, name: str) -> ModelFile:
+    """A file of a Comfy-Org repackaged repository (``split_files/<directory>/<name>``)."""
+    return ModelFile(name, directory, f"{HF}/{repo}/resolve/main/split_files/{directory}/{name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilyTemplate:
+    title: str                       # the model's name in the note, e.g. "Flux.1 dev"
+    family: str                      # the family name the node's stats report
+    stand_in: str                    # the spec of family_prompts.FAMILIES the test runs it on
+    vae: str                         # the tiny VAE that stands in for its VAE (example_stand_ins.TINY_VAES)
+    model: ModelFile
+    text_encoders: tuple[ModelFile, ...]   # one: CLIPLoader; two: DualCLIPLoader
+    clip_type: str
+    vae_file: ModelFile
+    steps: int
+    cfg: float
+    sampler: str = "euler"
+    scheduler: str = "simple"
+    latent: str = "EmptySD3LatentImage"
+    shift: tuple[str, float] | None = None   # (ModelSampling node, its shift), placed before the cache node
+    guidance: float | None = None            # FluxGuidance on the positive prompt
+    negative: str | None = None              # None: ConditioningZeroOut of the positive (CFG 1)
+    cache: dict = dataclasses.field(default_factory=dict)   # cache node widgets that differ from the defaults
+    recipe: str = ""                 # where the sampling recipe comes from (the note says it)
+    evidence: str = ""               # whose evidence the cache settings rest on (the note says it)
+    stand_in_steps: int | None = None   # steps the test's stand-in samples when not the template's (slow calls)
+    latent_size: dict = dataclasses.field(default_factory=lambda: {"width": 1024, "height": 1024})  # + batch 1
+    # A second expert (Wan 2.2 A14B's low-noise model): it samples from ``split_step`` on through its own cache
+    # node; ``low_noise_stand_in``: the comfy_models.FAMILY_MODELS checkpoint that stands in for it.
+    low_noise: ModelFile | None = None
+    split_step: int | None = None
+    low_noise_stand_in: str = ""
+
+
+NEGATIVE = "blurry, low quality, distorted, watermark, text"
+NO_FIGURES = ("No published cache-dit settings or figures for {model} are known to this pack: the settings are "
+              "the node's defaults (Krea-2's), so judge them here, on your own prompts.")
+
+FAMILY_TEMPLATES = {
+    "flux1_dev_compare.json": FamilyTemplate(
+        title="Flux.1 dev", family=FLUX, stand_in="flux1", vae="flux",
+        model=ModelFile("flux1-dev.safetensors", "diffusion_models",
+                        f"{HF}/Comfy-Org/flux1-dev/resolve/main/flux1-dev.safetensors"),
+        text_encoders=(ModelFile("clip_l.safetensors", "text_encoders",
+                                 f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/clip_l.safetensors"),
+                       ModelFile("t5xxl_fp16.safetensors", "text_encoders",
+                                 f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors")),
+        clip_type="flux", vae_file=split_file("Comfy-Org/Lumina_Image_2.0_Repackaged", "vae", "ae.safetensors"),
+        steps=20, cfg=1.0, guidance=3.5,
+        recipe=("Comfy-Org's Flux.1 dev template: 20 steps, CFG 1, guidance 3.5 (its template sets it in "
+                "CLIPTextEncodeFlux; here FluxGuidance), euler, simple."),
+        evidence=("cache-dit's own figures for FLUX.1-dev (diffusers, 50 steps, DrawBench, NVIDIA L20): its "
+                  "F1B0 W4 MC6 R0.24 (the defaults here but 6 cached steps in a row instead of 3) at 3.94x "
+                  "fewer TFLOPs, ImageReward 0.9997 against 0.9898 uncached. Theirs, not measured in ComfyUI.")),
+    "flux2_klein_compare.json": FamilyTemplate(
+        title="Flux.2 Klein 4B", family=FLUX, stand_in="flux2", vae="flux2",
+        model=split_file("Comfy-Org/flux2-klein", "diffusion_models", "flux-2-klein-4b.safetensors"),
+        text_encoders=(split_file("Comfy-Org/flux2-klein", "text_encoders", "qwen_3_4b.safetensors"),),
+        clip_type="flux2", vae_file=split_file("Comfy-Org/flux2-dev", "vae", "flux2-vae.safetensors"),
+        steps=4, cfg=1.0, latent="EmptyFlux2LatentImage", cache={"steps_mask": "slow"},
+        recipe=("Klein 4B is distilled to 4 steps at CFG 1 (Comfy-Org's template samples them with its "
+                "Flux2Scheduler; here a KSampler, euler, simple)."),
+        evidence=("No published cache-dit figures for Flux.2 Klein are known to this pack. At 4 steps the "
+                  "default 4 warmup steps leave nothing to cache, so this template sets the step mask `slow`, "
+                  "which caches step 3 of 4 (every mask does at 4 steps); judge it here.")),
+    "qwen_image_compare.json": FamilyTemplate(
+        title="Qwen-Image", family="Qwen-Image (ComfyUI native)", stand_in="qwen_image", vae="wan21",
+        model=split_file("Comfy-Org/Qwen-Image_ComfyUI", "diffusion_models", "qwen_image_fp8_e4m3fn.safetensors"),
+        text_encoders=(split_file("Comfy-Org/Qwen-Image_ComfyUI", "text_encoders",
+                                  "qwen_2.5_vl_7b_fp8_scaled.safetensors"),),
+        clip_type="qwen_image",
+        vae_file=split_file("Comfy-Org/Qwen-Image_ComfyUI", "vae", "qwen_image_vae.safetensors"),
+        steps=20, cfg=4.0, shift=("ModelSamplingAuraFlow", 3.5), negative=NEGATIVE,
+        recipe="Comfy-Org's Qwen-Image template: 20 steps, CFG 4, euler, simple, shift 3.5.",
+        evidence=("cache-dit's own Qwen-Image figures are for other runs than this one: 50 steps on an H100 "
+                  "together with 2-GPU Ulysses and FlashAttention-3 (12.75 s to 5.67 s with its cache), and "
+                  "Qwen-Image-Lightning at 4 steps (F1B0 W2 MC1 R0.8: 1.33x fewer TFLOPs, PSNR 31.8). None "
+                  "for this recipe: the settings are the node's defaults (Krea-2's); judge them here."),
+        # The stand-in is shallow but 3072 wide (ComfyUI detects Qwen-Image only at full width): ~1 s a call.
+        stand_in_steps=6),
+    "chroma_compare.json": FamilyTemplate(
+        title="Chroma1-HD", family=CHROMA, stand_in="chroma", vae="flux",
+        model=ModelFile("Chroma1-HD-fp8_scaled_rev2.safetensors", "diffusion_models",
+                        f"{HF}/silveroxides/Chroma1-HD-fp8-scaled/resolve/main/Chroma1-HD-fp8_scaled_rev2.safetensors"),
+        text_encoders=(ModelFile("t5xxl_fp8_e4m3fn_scaled.safetensors", "text_encoders",
+                                 f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/"
+                                 "t5xxl_fp8_e4m3fn_scaled.safetensors"),),
+        clip_type="chroma", vae_file=split_file("Comfy-Org/Lumina_Image_2.0_Repackaged", "vae", "ae.safetensors"),
+        steps=26, cfg=3.5, scheduler="beta", shift=("ModelSamplingAuraFlow", 1.0), negative=NEGATIVE,
+        recipe=("Comfy-Org's Chroma1-HD template: 26 steps, CFG 3.5, euler, beta, shift 1 (its template samples "
+                "them with SamplerCustomAdvanced; here a KSampler)."),
+        evidence=NO_FIGURES.format(model="Chroma"),
+        # Each Chroma call recomputes its 5-layer, 5120-wide modulation table (5-15 s a call on 2 CPU cores):
+        # the stand-in samples 2 steps, enough to run the graph; caching on Chroma is its own tests' subject.
+        stand_in_steps=2),
+    "wan22_t2v_compare.json": FamilyTemplate(
+        title="Wan 2.2 T2V A14B", family="Wan 2.1/2.2 (ComfyUI native)", stand_in="wan", vae="wan21",
+        model=split_file(WAN22, "diffusion_models", "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"),
+        low_noise=split_file(WAN22, "diffusion_models", "wan2.2_t2v_low_noise_14B_fp8_scaled.safetensors"),
+        text_encoders=(split_file("Comfy-Org/Wan_2.1_ComfyUI_repackaged", "text_encoders",
+                                  "umt5_xxl_fp8_e4m3fn_scaled.safetensors"),),
+        clip_type="wan", vae_file=split_file(WAN22, "vae", "wan_2.1_vae.safetensors"),
+        steps=20, cfg=3.5, shift=("ModelSamplingSD3", 8.0), negative=NEGATIVE, split_step=10,
+        latent="EmptyHunyuanLatentVideo", latent_size={"width": 832, "height": 480, "length": 81},
+        recipe=("Comfy-Org's Wan 2.2 14B text-to-video template: 20 steps, CFG 3.5, euler, simple, shift 8 on "
+                "both experts, the high-noise model for steps 0-10 and the low-noise one for 10-20 "
+                "(KSamplerAdvanced). Its video is 1280x704, 121 frames; here 832x480, 81 frames, since the "
+                "graph samples it twice. Each frame is saved as an image; for a video file, add CreateVideo "
+                "and SaveVideo after a VAE Decode."),
+        evidence=("Each expert gets its own cache node (the two are different models, and the record of each "
+                  "run is its own: the high-noise run's 10 steps, then the low-noise run's 10). "
+                  + NO_FIGURES.format(model="Wan 2.2")),
+        low_noise_stand_in="wan_low"),
+}
