@@ -1,0 +1,160 @@
+"""Each family's quantized files through the loaders users load them with, in the real ComfyUI server.
+
+- GGUF through city96's ComfyUI-GGUF ``UnetLoaderGGUF`` (installed into this module's server from its
+  snapshot in ``../shared/third_party``, see ``comfy_harness.third_party_pack``; skipped without it):
+  the family's tiny seeded checkpoint (``devkit/comfy_models.py``, the one the family tests sample)
+  written as a Q8_0 GGUF with the ``gguf`` package (``krea2_gguf_files``' layout: 1-D and small tensors
+  and the bare parameters ComfyUI-GGUF's conversion keeps in F32, ``general.architecture`` as its
+  loader expects it), detected by ComfyUI from its tensors as the safetensors file is;
+- fp8 through *Load Diffusion Model* (``UNETLoader``) with ``weight_dtype`` ``fp8_e4m3fn``.
+
+For each family and file: the node with caching off gives a latent bit-identical to the same loader's
+graph without the node, and the ``fast`` mask caches its step of 4 (the stats record of the queued
+prompt says so, with the family's name). CFG 1, 4 steps, the family's tiny latent: Chroma's calls cost
+seconds whatever the latent (see its ``FamilySpec``), so Chroma's caching-off pair runs 2 steps.
+
+Krea-2 is not here: stock ComfyUI-GGUF has no Krea-2 entry (docs/nodes.md, "Krea-2 GGUF files"); its
+GGUF files are read by the pack's own loader (``test_gguf_comfyui.py``) and its fp8 weights are
+checked in ``test_compat_comfyui.py``.
+
+Adding a family: its ``FamilySpec`` in ``devkit/family_prompts.py`` and ONE line in ``QUANTIZED``
+below (the ``general.architecture`` ComfyUI-GGUF's loader accepts for it, and the session fixture
+that writes its checkpoint when that is not ``family_server``); ``test_every_family_is_quantized``
+fails until that line exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from comfy_harness import ComfyServer, third_party_pack
+from family_prompts import FAMILIES, family_prompt
+from helpers import FAST, OFF, latent_and_record
+from krea2_gguf_files import write_krea2_gguf
+
+pytestmark = pytest.mark.comfyui
+
+GGUF_PACK = "ComfyUI-GGUF"
+FILE_TYPE = "Q8_0"
+STEPS = 4
+MASK_CACHED = [2]   # cache-dit's "fast" mask for 4 steps: 1 1 0 1
+SEED = 71
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantized:
+    architecture: str                  # general.architecture: one ComfyUI-GGUF's UnetLoaderGGUF accepts
+    server: str = "family_server"      # the session fixture whose models folder holds the checkpoint
+    formats: tuple[str, ...] = ("gguf", "fp8")
+    off_steps: int = STEPS             # steps of the caching-off pair; 0: the mask run alone
+
+
+# One line per family (every FAMILIES key but Krea-2, see above). The full-width families (ComfyUI
+# detects them only at their real width: 0.4-1B parameters, dequantized or cast on every call, 2-5 s a
+# call on 2 CPU cores) run fewer calls: Qwen-Image its caching-off pair at 2 steps, Z-Image and Chroma
+# the mask run alone (the caching-off pair on quantized weights runs on the others: the layers that
+# dequantize or cast are the same classes for every family).
+QUANTIZED = {
+    "wan": Quantized("wan"),
+    "zimage": Quantized("lumina2", off_steps=0),
+    "qwen_image": Quantized("qwen_image", off_steps=2),
+    "flux1": Quantized("flux"),
+    "flux2": Quantized("flux"),
+    "chroma": Quantized("flux", server="chroma_server", off_steps=0),
+}
+# Tensors kept in F32 whatever the file type, by architecture: bare parameters (not layers), which
+# ComfyUI-GGUF's ops never dequantize (its conversion's ``keys_hiprec``; Z-Image's 1 x 3840 pad tokens too,
+# which a Q8_0 file otherwise holds as 1 x 4080 bytes: "While copying the parameter named x_pad_token").
+HIGH_PRECISION = {"wan": (".modulation",), "ltxv": ("scale_shift_table",), "lumina2": ("_pad_token",)}
+
+
+def test_every_family_is_quantized():
+    assert set(QUANTIZED) == set(FAMILIES) - {"krea2"}, (
+        "every family but Krea-2 needs its line in QUANTIZED (tests/test_quantized_families_comfyui.py)")
+
+
+@pytest.fixture(scope="module")
+def quant_server(comfy_root, tmp_path_factory):
+    """A server with this pack and ComfyUI-GGUF; the family files are added as tests ask for them."""
+    snapshot = third_party_pack(GGUF_PACK)
+    if snapshot is None:
+        pytest.skip(f"no {GGUF_PACK} snapshot: put it in ../shared/third_party beside the clone "
+                    f"(or set KREA2_THIRD_PARTY_DIR)")
+    base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_quantized"))
+    (base / "custom_nodes" / GGUF_PACK).symlink_to(snapshot, target_is_directory=True)
+    server = ComfyServer(comfy_root, base).start()
+    yield server
+    server.stop()
+
+
+def gguf_name(family: str) -> str:
+    return f"{family}_tiny-{FILE_TYPE}.gguf"
+
+
+@pytest.fixture(scope="module")
+def family_files(request, quant_server):
+    """``family_files(family)``: the family's checkpoint (linked) and its GGUF in ``quant_server``, once."""
+    from safetensors import safe_open
+
+    done = {}
+
+    def files(family: str) -> dict[str, str]:
+        if family in done:
+            return done[family]
+        quant = QUANTIZED[family]
+        source = request.getfixturevalue(quant.server).base_dir / "models" / "diffusion_models" / FAMILIES[family].model
+        models = quant_server.base_dir / "models" / "diffusion_models"
+        with safe_open(str(source), "pt") as checkpoint:
+            state = {key: checkpoint.get_tensor(key) for key in checkpoint.keys()}
+        keep = HIGH_PRECISION.get(quant.architecture, ())
+        partial = models / f".{gguf_name(family)}.part"
+        types = write_krea2_gguf(partial, state, FILE_TYPE, architecture=quant.architecture,
+                         high_precision=[key for key in state if any(part in key for part in keep)])
+        del state
+        os.replace(partial, models / gguf_name(family))
+        (models / FAMILIES[family].model).symlink_to(source)
+        done[family] = types
+        return types
+
+    return files
+
+
+def loader(family: str, file_format: str) -> dict:
+    if file_format == "gguf":
+        return {"class_type": "UnetLoaderGGUF", "inputs": {"unet_name": gguf_name(family)}}
+    return {"class_type": "UNETLoader", "inputs": {"unet_name": FAMILIES[family].model, "weight_dtype": "fp8_e4m3fn"}}
+
+
+def prompt(family: str, file_format: str, steps: int, cache: dict | None, prefix: str) -> dict:
+    return family_prompt(family, cfg=1.0, steps=steps, seed=SEED, cache=cache, loader=loader(family, file_format),
+                         prefix=f"{family}_{file_format}_{prefix}")
+
+
+def check_record(record: dict, family: str, steps: int, cached: list[int]):
+    spec = FAMILIES[family]
+    assert (record["status"], record["model"], record["steps"], record["node_id"]) == ("ok", spec.name, steps, "5")
+    assert (record["cfg_mode"], record["calls"], record["extra_calls"]) == ("none", steps, 0)
+    assert record["cached_steps"] == cached
+    assert record["block_evals_uncached"] == steps * spec.blocks
+
+
+CASES = [(family, file_format) for family, quant in QUANTIZED.items() for file_format in quant.formats]
+
+
+@pytest.mark.parametrize("family, file_format", CASES, ids=[f"{family}-{fmt}" for family, fmt in CASES])
+def test_caching_off_is_bit_identical_and_the_mask_caches(quant_server, family_files, family, file_format):
+    types = family_files(family)
+    assert FILE_TYPE in types.values(), "the GGUF should hold quantized tensors"
+    steps = QUANTIZED[family].off_steps
+    if steps:
+        plain, _ = latent_and_record(quant_server, prompt(family, file_format, steps, None, "plain"), timeout=900)
+        off, off_record = latent_and_record(quant_server, prompt(family, file_format, steps, OFF, "off"), timeout=900)
+        check_record(off_record, family, steps, cached=[])
+        assert torch.equal(off, plain), "the node with caching off must not change the latent"
+    cached, record = latent_and_record(quant_server, prompt(family, file_format, STEPS, FAST, "fast"), timeout=900)
+    check_record(record, family, STEPS, cached=MASK_CACHED)
+    assert torch.isfinite(cached).all()
