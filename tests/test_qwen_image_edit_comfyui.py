@@ -10,6 +10,8 @@ reference starts). The stand-in is the family tests' shallow Qwen-Image checkpoi
 - the ``fast`` mask caches its step of 4 with the reference;
 - the Spectrum node forecasts its preset's steps with the reference (its final layer reads a
   forecast of the image and reference tokens, the model slices the reference off).
+Qwen-Image's own reference method (``index``: references on cond and uncond, off and the mask at 8
+steps) is checked in ``test_families_comfyui.py``.
 """
 
 from __future__ import annotations
