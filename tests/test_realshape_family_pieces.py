@@ -1,4 +1,5 @@
-"""The Fn residual and cache-dit's threshold decision at Wan's and Z-Image's real sizes (no ComfyUI).
+"""The Fn residual and cache-dit's threshold decision at real sizes of Wan, Z-Image, HunyuanVideo 1.5 and
+MiniMax H3 (no ComfyUI).
 
 What the pack does with a Fn residual does not depend on the family: its block hooks see each
 family's stack as (batch, tokens, width), as Krea-2's (checked at small size in the comfyui tier).
@@ -9,12 +10,19 @@ What differs at real size is how large that residual gets:
 - Z-Image at 1024x1024: 64 x 64 = 4096 image tokens and the caption, padded to a multiple of 32, at
   width 3840: 15.9M values with a caption of up to 32 tokens, *below* 2**24; above it with a
   caption of more than 272 tokens (17.7M at 512) or cond and uncond batched (31.7M).
+- HunyuanVideo 1.5 at 720p, 121 frames (width 2048, patch 1, its VAE 16x spatial and 4x temporal):
+  31 x 45 x 80 = 111600 video tokens, 229M values: the largest stack here.
+- MiniMax H3 at its latent node's default 1344x768, 124 frames (width 5376, patch 1x2x2, video latent
+  37 x 48 x 84; stereo audio latent at 40 per second): 37296 video, 414 audio and (say) 256 text tokens
+  in one packed sequence of shape (tokens, width), with no batch dimension: 204M values.
 Each case traces two steps' residuals as a run does, and hands the same pair to cache-dit's own
 comparison (``CachedContextManager.similarity``, what decides a cached step), at thresholds just
 above and just below the change the pack reports.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -26,6 +34,10 @@ pytestmark = pytest.mark.tier("realshape")
 
 WAN_480P_81_TOKENS = (104 // 2) * (60 // 2) * 21
 ZIMAGE_1024_IMAGE_TOKENS = (1024 // 16) ** 2
+HUNYUAN15_720P_121_TOKENS = ((121 - 1) // 4 + 1) * (720 // 16) * (1280 // 16)
+# MiniMax H3, 124 frames at 24 fps: latent frames ((124 - 5) // 17) * 5 + 2 = 37, each 768/16 x 1344/16 latent
+# cells in 2x2 patches; audio round(124 / 24 * 40) = 207 latent frames per channel, 2 channels; 256 text tokens.
+MINIMAX_H3_768P_124_TOKENS = 37 * (768 // 32) * (1344 // 32) + 2 * 207 + 256
 
 
 def zimage_tokens(caption_tokens: int) -> int:
@@ -38,16 +50,19 @@ SHAPES = {  # (batch, tokens, width), and the dtype a real run computes it in
     "wan1.3b_480p81_fp32": ((1, WAN_480P_81_TOKENS, 1536), torch.float32),
     "zimage_1024_batched_bf16": ((2, zimage_tokens(32), 3840), torch.bfloat16),
     "zimage_1024_caption512_fp32": ((1, zimage_tokens(512), 3840), torch.float32),
+    "hunyuanvideo15_720p121_bf16": ((1, HUNYUAN15_720P_121_TOKENS, 2048), torch.bfloat16),
+    # One packed sequence, no batch dimension (ComfyUI never batches MiniMax H3's conds).
+    "minimax_h3_768p124_unbatched_bf16": ((MINIMAX_H3_768P_124_TOKENS, 5376), torch.bfloat16),
 }
 
 
 def numel(shape) -> int:
-    batch, tokens, width = shape
-    return batch * tokens * width
+    return math.prod(shape)
 
 
 def test_the_real_sizes_are_where_float32_index_arithmetic_breaks():
     assert WAN_480P_81_TOKENS == 32760
+    assert (HUNYUAN15_720P_121_TOKENS, MINIMAX_H3_768P_124_TOKENS) == (111600, 37966)
     assert all(numel(shape) > 2 ** 24 for shape, _ in SHAPES.values())
     # One short-caption Z-Image 1024x1024 call alone stays below: only batching or a long caption crosses.
     assert numel((1, zimage_tokens(32), 3840)) < 2 ** 24 < numel((1, zimage_tokens(288), 3840))
@@ -81,7 +96,7 @@ def test_the_traced_change_is_the_one_cache_dit_decides_on(name):
     generator = torch.Generator().manual_seed(0)
     first = torch.randn(shape, generator=generator, dtype=dtype)
     second = first + 0.05 * torch.randn(shape, generator=generator, dtype=dtype)
-    trace = StreamTrace((1, 0) if shape[0] == 2 else (0,), context=0, start_step=0)
+    trace = StreamTrace((1, 0) if len(shape) == 3 and shape[0] == 2 else (0,), context=0, start_step=0)
     trace.observe(0, first)
     trace.finish(0, cached=False)
     trace.observe(1, second)
