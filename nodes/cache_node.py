@@ -122,7 +122,7 @@ class Krea2CacheDiT(_CacheDiTNode):
 
 
 class CacheDiTDBCache(_CacheDiTNode):
-    """The same node for every supported family (Krea-2, Wan 2.1/2.2, Z-Image, Qwen-Image, Flux.1 / Flux.2)."""
+    """The same node for every family of the registry (``ANY_SCOPE``)."""
 
     SCOPE = ANY_SCOPE
     NODE_ID = "CacheDiTDBCache"
@@ -130,6 +130,7 @@ class CacheDiTDBCache(_CacheDiTNode):
     _FAMILIES = ", ".join(dict.fromkeys(f.model for f in ANY_SCOPE.families))
     DESCRIPTION = (f"Speeds up sampling of {_FAMILIES} with cache-dit's DBCache: steps whose early blocks barely "
                    "change reuse the last computed result. Put it between the model loader and the sampler. The "
-                   "defaults are the reference settings measured on real Krea-2 weights; no other family has "
-                   "published settings for them. After each run the node shows what was cached and why.")
+                   "defaults are the reference settings measured on real Krea-2 weights; which published evidence "
+                   "exists for the other families is in the pack's docs/settings.md. After each run the node shows "
+                   "what was cached and why.")
     MODEL_TOOLTIP = f"A {_FAMILIES} model from Load Diffusion Model (Krea-2 also from Load Krea-2 (diffusers))."
