@@ -112,6 +112,12 @@ class TransformerFamily:
         return any("." not in path for path in self.loop_patches)
 
 
+# Flux's double-stream blocks on (img, txt), by keyword, then its single-stream blocks on cat(txt, img);
+# both add into their input in place. HunyuanVideo's loop runs the same blocks the same way.
+FLUX_STREAM_LISTS = (BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
+                               adds_in_place=True),
+                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True))
+
 SUPPORTED: tuple[TransformerFamily, ...] = (
     TransformerFamily(
         name="Krea-2 (ComfyUI native)",
@@ -183,9 +189,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         name="Flux.1 / Flux.2 (ComfyUI native)",
         model="Flux",
         class_path="comfy.ldm.flux.model.Flux",
-        block_lists=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
-                               adds_in_place=True),
-                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True)),
+        block_lists=FLUX_STREAM_LISTS,
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         # Chroma and others subclass Flux with loops of their own.
@@ -262,9 +266,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         name="HunyuanVideo / HunyuanImage 2.1 (ComfyUI native)",
         model="HunyuanVideo",
         class_path="comfy.ldm.hunyuan_video.model.HunyuanVideo",
-        block_lists=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
-                               adds_in_place=True),
-                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True)),
+        block_lists=FLUX_STREAM_LISTS,
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
