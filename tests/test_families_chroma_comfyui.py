@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, OFF, latent_and_record
+from helpers import FAST, OFF, latent_and_record, write_native_lora
 from krea2_prompts import with_lora
 from test_families_comfyui import blocks_seen, with_probe
 from test_forecast_comfyui import check_forecast, forecast_prompt
@@ -130,21 +130,8 @@ def test_calls_while_a_skip_list_names_a_block_are_computed_in_full(chroma_serve
 def lora(chroma_server):
     """A rank-4 LoRA on ``LORA_LAYERS`` in ComfyUI's native key names, each update about as large as the
     weight it changes (std 1/sqrt(fan_in))."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    checkpoint = chroma_server.base_dir / "models" / "diffusion_models" / SPEC.model
-    generator = torch.Generator().manual_seed(13)
-    weights = {}
-    with safe_open(str(checkpoint), "pt") as stored:
-        for name in LORA_LAYERS:
-            rows, cols = stored.get_slice(f"{name}.weight").get_shape()
-            scale = (0.5 / cols ** 0.5) ** 0.5
-            weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
-            weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
-    name = "chroma_test_lora.safetensors"
-    save_file(weights, str(chroma_server.base_dir / "models" / "loras" / name))
-    return name
+    return write_native_lora(chroma_server, chroma_server.base_dir / "models" / "diffusion_models" / SPEC.model,
+                             LORA_LAYERS, "chroma_test_lora.safetensors")
 
 
 def test_a_lora_in_chromas_own_keys_changes_the_image_and_the_mask_still_caches(chroma_server, cfg_1, lora):

@@ -18,7 +18,7 @@ import torch
 
 from comfy_models import FAMILY_MODELS
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF
+from helpers import FAST, FAST_8_CACHED, OFF, write_native_lora
 from krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader, run
 
@@ -53,22 +53,10 @@ def lora(family_server, family):
 
     Sized so that each update is about as large as the weight it changes (std 1/sqrt(fan_in)).
     """
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
     checkpoint = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[family]
-    generator = torch.Generator().manual_seed(13)
-    weights = {}
-    with safe_open(str(checkpoint), "pt") as stored:
-        for name in LORA_LAYERS[family]:
-            rows, cols = stored.get_slice(f"{name}.weight").get_shape()
-            scale = (0.5 / cols ** 0.5) ** 0.5
-            prefix = LORA_PREFIX.get(family, "diffusion_model.")
-            weights[f"{prefix}{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
-            weights[f"{prefix}{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
-    name = f"{family}_test_lora.safetensors"
-    save_file(weights, str(family_server.base_dir / "models" / "loras" / name))
-    return name
+    return write_native_lora(family_server, checkpoint,
+                             LORA_LAYERS[family], f"{family}_test_lora.safetensors",
+                             prefix=LORA_PREFIX.get(family, "diffusion_model."))
 
 
 @lora_families

@@ -29,7 +29,7 @@ import torch
 from comfy_harness import ComfyServer
 from comfy_models import FAMILY_MODELS, make_family_checkpoint
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record
+from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record, write_native_lora
 from krea2_prompts import with_lora
 from test_families_comfyui import blocks_seen, with_probe
 from test_families_compat_comfyui import insert_after_loader
@@ -190,22 +190,9 @@ def test_heun_with_split_cfg_serves_first_evaluations_and_off_is_bit_identical(s
 def lora(server):
     """A rank-4 LoRA on every double block's image attention and MLP output, in ComfyUI's native key names,
     each update about as large as the weight it changes (std 1/sqrt(fan_in))."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    checkpoint = server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[VIDEO]
-    generator = torch.Generator().manual_seed(13)
-    weights = {}
-    with safe_open(str(checkpoint), "pt") as stored:
-        for name in (f"double_blocks.{block}.{layer}" for block in range(DOUBLE) for layer in ("img_attn.proj",
-                                                                                               "img_mlp.2")):
-            rows, cols = stored.get_slice(f"{name}.weight").get_shape()
-            scale = (0.5 / cols ** 0.5) ** 0.5
-            weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
-            weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
-    name = "hunyuan_video15_test_lora.safetensors"
-    save_file(weights, str(server.base_dir / "models" / "loras" / name))
-    return name
+    layers = [f"double_blocks.{block}.{layer}" for block in range(DOUBLE) for layer in ("img_attn.proj", "img_mlp.2")]
+    return write_native_lora(server, server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[VIDEO], layers,
+                             "hunyuan_video15_test_lora.safetensors")
 
 
 def test_a_lora_in_native_keys_changes_the_image_and_the_mask_still_caches(server, cfg_1, lora):

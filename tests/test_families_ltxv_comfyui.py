@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, OFF, latent_and_record, run_ok
+from helpers import FAST, OFF, latent_and_record, write_native_lora
 from krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader
 from test_forecast_comfyui import check_forecast, forecast_prompt
@@ -187,21 +187,8 @@ def test_heun_serves_first_evaluations_and_off_is_bit_identical(ltxv_server):
 def lora(ltxv_server):
     """A rank-4 LoRA on ``LORA_LAYERS`` in ComfyUI's native key names, each update about as large as the
     weight it changes (std 1/sqrt(fan_in))."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    checkpoint = ltxv_server.base_dir / "models" / "diffusion_models" / SPEC.model
-    generator = torch.Generator().manual_seed(13)
-    weights = {}
-    with safe_open(str(checkpoint), "pt") as stored:
-        for name in LORA_LAYERS:
-            rows, cols = stored.get_slice(f"{name}.weight").get_shape()
-            scale = (0.5 / cols ** 0.5) ** 0.5
-            weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
-            weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
-    name = "ltxv_test_lora.safetensors"
-    save_file(weights, str(ltxv_server.base_dir / "models" / "loras" / name))
-    return name
+    return write_native_lora(ltxv_server, ltxv_server.base_dir / "models" / "diffusion_models" / SPEC.model,
+                             LORA_LAYERS, "ltxv_test_lora.safetensors")
 
 
 def test_a_lora_in_ltxvs_own_keys_changes_the_image_and_the_mask_still_caches(ltxv_server, cfg_1, lora):

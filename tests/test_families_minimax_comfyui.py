@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, OFF, prompt_error
+from helpers import FAST, OFF, prompt_error, write_native_lora
 from krea2_prompts import with_forecast, with_lora
 
 pytestmark = pytest.mark.comfyui
@@ -197,21 +197,8 @@ def test_heun_serves_each_steps_first_evaluation_and_off_is_bit_identical(server
 @pytest.fixture(scope="module")
 def lora(server):
     """A rank-4 LoRA on every block's attention and MLP output in MiniMax H3's native key names."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    checkpoint = server.base_dir / "models" / "diffusion_models" / SPEC.model
-    generator = torch.Generator().manual_seed(13)
-    weights = {}
-    with safe_open(str(checkpoint), "pt") as stored:
-        for name in LORA_LAYERS:
-            rows, cols = stored.get_slice(f"{name}.weight").get_shape()
-            scale = (0.5 / cols ** 0.5) ** 0.5
-            weights[f"diffusion_model.{name}.lora_A.weight"] = torch.randn(4, cols, generator=generator) * scale
-            weights[f"diffusion_model.{name}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
-    name = "minimax_h3_test_lora.safetensors"
-    save_file(weights, str(server.base_dir / "models" / "loras" / name))
-    return name
+    return write_native_lora(server, server.base_dir / "models" / "diffusion_models" / SPEC.model, LORA_LAYERS,
+                             "minimax_h3_test_lora.safetensors")
 
 
 @pytest.fixture(scope="module")
