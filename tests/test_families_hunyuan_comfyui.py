@@ -15,7 +15,7 @@ video latent at 8 steps:
 - heun (two evaluations a step) with split CFG, and caching off under heun bit-identical;
 - a LoRA in native keys; TorchCompileModel before the node;
 - two devices (ComfyUI's MultiGPU CFG split): off bit-identical and the mask cached on both;
-- the Spectrum node's preset forecasting its steps, a forecast call running no block.
+- the Spectrum node's preset forecasting its steps at CFG 1, batched and split, a forecast call running no block.
 
 HunyuanImage 2.1 (2D latent, two lists): the mask cached in both lists with batched CFG and caching off
 bit-identical; on two devices, the mask cached in both lists on both.
@@ -34,7 +34,7 @@ from krea2_prompts import with_lora
 from test_families_comfyui import blocks_seen, with_probe
 from test_families_compat_comfyui import insert_after_loader
 from test_families_sampling_comfyui import check_two_evaluation_record
-from test_forecast_comfyui import check_forecast, forecast_prompt
+from test_forecast_comfyui import check_every_cfg_layout
 
 pytestmark = pytest.mark.comfyui
 
@@ -235,10 +235,8 @@ def test_two_devices_off_is_bit_identical_and_the_mask_caches_on_both(server):
     assert record["cached_steps"] == FAST_8_CACHED and record["cfg_mode"] == "split"
 
 
-def test_the_spectrum_node_forecasts_its_presets_steps(server):
-    _, record = run(server, forecast_prompt(VIDEO, cfg=1.0, seed=SEED, prefix="hunyuan_spectrum"))
-    check_forecast(record, VIDEO, calls_per_step=1)
-    assert (record["cfg_mode"], len(record["streams"])) == ("none", 1)
+def test_the_spectrum_node_forecasts_its_presets_steps_in_every_cfg_layout(server):
+    check_every_cfg_layout(server, VIDEO, seed=SEED, prefix="hunyuan_spectrum")
 
 
 # --- HunyuanImage 2.1 ---------------------------------------------------------------------------

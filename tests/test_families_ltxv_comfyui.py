@@ -15,7 +15,7 @@ a 9-frame 64x64 video from ``EmptyLTXVLatentVideo`` with the conditioning throug
 - a LoRA in LTXV's native keys changes the image and the mask still caches;
 - TorchCompileModel before the node caches the same steps;
 - two devices (one list: the shared decision works): off bit-identical, the mask cached on both;
-- the Spectrum node: its preset's steps forecast, a forecast call running no block.
+- the Spectrum node: its preset's steps forecast at CFG 1, batched and split, a forecast call running no block.
 - LTX-2 (`LTXAVModel`, a subclass with a loop of its own) refused, naming the classes supported.
 """
 
@@ -28,7 +28,7 @@ from family_prompts import FAMILIES, family_prompt
 from helpers import FAST, OFF, latent_and_record, write_native_lora
 from krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader
-from test_forecast_comfyui import check_forecast, forecast_prompt
+from test_forecast_comfyui import check_every_cfg_layout
 from test_families_sampling_comfyui import check_two_evaluation_record
 
 pytestmark = pytest.mark.comfyui
@@ -232,12 +232,10 @@ def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(ltxv_server)
     assert record["cached_steps"] == MASK_CACHED and record["cfg_mode"] == "split"
 
 
-def test_the_spectrum_node_forecasts_its_presets_steps(ltxv_server):
-    """turbo_5_of_8 at CFG 1 on ``norm_out``'s input: steps 2, 4 and 6 forecast, each a call that runs no block."""
-    graph = with_ltxv_conditioning(forecast_prompt(FAMILY, cfg=1.0, seed=SEED, prefix="ltxv_spectrum"))
-    _, record = latent_and_record(ltxv_server, graph)
-    check_forecast(record, FAMILY, calls_per_step=1)
-    assert (record["cfg_mode"], len(record["streams"])) == ("none", 1)
+def test_the_spectrum_node_forecasts_its_presets_steps_in_every_cfg_layout(ltxv_server):
+    """turbo_5_of_8 on ``norm_out``'s input at CFG 1, batched and split: steps 2, 4 and 6 forecast (per stream
+    when apart), each a call that runs no block."""
+    check_every_cfg_layout(ltxv_server, FAMILY, build=with_ltxv_conditioning, seed=SEED, prefix="ltxv_spectrum")
 
 
 _LTX2_SCRIPT = """

@@ -17,7 +17,7 @@ sampled latent split into its video and audio latents by ComfyUI's ``LTXVSeparat
 - caching off is bit-identical to the graph without the node, for the video and the audio latent.
 
 Also run on it: threshold caching, EasyCache refused, heun, a LoRA in native keys, TorchCompileModel,
-two devices (ComfyUI's multi-GPU CFG split, one copy per cond), the Spectrum node once.
+two devices (ComfyUI's multi-GPU CFG split, one copy per cond), the Spectrum node split and at CFG 1.
 """
 
 from __future__ import annotations
@@ -248,11 +248,16 @@ def test_two_devices_cache_one_stream_each(server):
 
 
 def test_the_spectrum_node_forecasts_the_hidden_state_both_outputs_read(server):
-    """turbo_5_of_8, split CFG: steps 2, 4 and 6 forecast per stream, each a call that runs no block; the
+    """turbo_5_of_8, split CFG and CFG 1: steps 2, 4 and 6 forecast per stream, each a call that runs no block; the
     final layer reads the forecast hidden state of the whole sequence, so video and audio are both served."""
-    from test_forecast_comfyui import check_forecast
+    from test_forecast_comfyui import FORECAST_STEPS, check_forecast
 
     video, audio, record = run(server, with_forecast(prompt(cfg=3.5, steps=8, cache={}, prefix="minimax_spectrum")))
     check_forecast(record, FAMILY, calls_per_step=2)
     assert (record["cfg_mode"], sorted(s["branches"] for s in record["streams"])) == ("split", [[0], [1]])
+    assert all(s["cached_steps"] == FORECAST_STEPS for s in record["streams"]), "a history per stream"
     assert torch.isfinite(video).all() and torch.isfinite(audio).all()
+    # CFG 1 (its other layout: ComfyUI never batches MiniMax H3's conds): one stream, the same steps.
+    *_, one = run(server, with_forecast(prompt(cfg=1.0, steps=8, cache={}, prefix="minimax_spectrum_cfg1")))
+    check_forecast(one, FAMILY, calls_per_step=1)
+    assert (one["cfg_mode"], len(one["streams"])) == ("none", 1)

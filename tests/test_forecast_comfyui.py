@@ -45,21 +45,30 @@ def check_forecast(record: dict, family: str, calls_per_step: int):
         0 if call[0] in FORECAST_STEPS else spec.blocks for call in record["call_log"]]
 
 
-@every_family
-def test_every_cfg_layout_forecasts_the_schedules_steps_per_stream(server, family):
-    _, [one] = server.run_with_stats(forecast_prompt(family, cfg=1.0, seed=81))
+def check_every_cfg_layout(server, family: str, build=lambda graph: graph, seed: int = 81, prefix: str = "spectrum"):
+    """The preset's steps forecast at CFG 1, batched and split: one history for a batched call, one per stream
+    apart. ``build`` completes a family's graph (its own conditioning nodes)."""
+    def record_of(cfg, mode, **kwargs):
+        graph = build(forecast_prompt(family, cfg=cfg, seed=seed, prefix=f"{prefix}_{mode}", **kwargs))
+        return server.run_with_stats(graph)[1][0]
+
+    one = record_of(1.0, "cfg1")
     check_forecast(one, family, calls_per_step=1)
     assert (one["cfg_mode"], one["has_separate_cfg"], len(one["streams"])) == ("none", False, 1)
-    _, [batched] = server.run_with_stats(forecast_prompt(family, cfg=3.5, seed=81))
+    batched = record_of(3.5, "batched")
     check_forecast(batched, family, calls_per_step=1)
     assert (batched["cfg_mode"], batched["has_separate_cfg"]) == ("batched", False)
     assert [s["branches"] for s in batched["streams"]] == [[1, 0]], "one history for the batch"
-    _, [split] = server.run_with_stats(forecast_prompt(family, cfg=3.5, seed=81,
-                                                       neg_tokens=FAMILIES[family].split_tokens))
+    split = record_of(3.5, "split", neg_tokens=FAMILIES[family].split_tokens)
     check_forecast(split, family, calls_per_step=2)
     assert (split["cfg_mode"], split["has_separate_cfg"]) == ("split", True)
     assert sorted(s["branches"] for s in split["streams"]) == [[0], [1]], "a history per stream"
     assert all(s["cached_steps"] == FORECAST_STEPS for s in split["streams"])
+
+
+@every_family
+def test_every_cfg_layout_forecasts_the_schedules_steps_per_stream(server, family):
+    check_every_cfg_layout(server, family)
 
 
 @every_family
