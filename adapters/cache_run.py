@@ -28,6 +28,7 @@ from .call_router import CallLayout, CallRouter, StreamKey
 from .decision_rules import DecisionRules, TracedStream
 from .foreign_serves import ForeignServeWatch
 from .observation import Call, CallTimer, RunObservation, RunOutcome, exit_status
+from .paired_hidden import PairedHidden
 from .registry import ResolvedTransformer
 from .residual_trace import StreamTrace, TraceBook
 from .settings import RunPlan
@@ -55,13 +56,15 @@ class CacheRun:
                                   [ListToCache(entry.attr, blocks, entry.forward_pattern)
                                    for entry, blocks in zip(lists, modules)],
                                   target.family.check_forward_pattern,
-                                  keep_wrappers=any(entry.hidden_kwargs for entry in lists))
+                                  keep_wrappers=any(entry.hidden_kwargs or entry.hidden_pair for entry in lists))
         self.router = CallRouter(conds_per_step, self._start_context, node_name)
         settings = plan.settings
         modulation = target.family.modulation
         self.probe = BlockProbe(lists, modules, settings.Fn_compute_blocks, settings.Bn_compute_blocks,
                                 tell_block_index,
                                 ModulationSlices(target.module, modulation, lists) if modulation else None)
+        # A list whose blocks take a (video, audio) pair: one tensor for cache-dit, the pair for the blocks.
+        self.pairs = PairedHidden(lists, modules) if PairedHidden.needed(lists) else None
         self.traces = TraceBook([entry.attr for entry in lists])
         self.foreign_serves = ForeignServeWatch()
         text_path = target.family.text_path   # computed once per batch of conds (None: the family has none)
@@ -79,6 +82,8 @@ class CacheRun:
     def __enter__(self) -> "CacheRun":
         self.cache.enable(self._configs(start_step=0, separate_cfg=False))
         self.probe.install(self.cache.wrappers)
+        if self.pairs is not None:
+            self.pairs.install(self.cache.wrappers)   # after the probe's hooks: see ``PairedHidden.install``
         if self.text_path is not None:
             self.text_path.__enter__()
         return self
@@ -88,6 +93,8 @@ class CacheRun:
             if self.text_path is not None:
                 self.text_path.__exit__(exc_type, exc, tb)
             self.probe.remove()
+            if self.pairs is not None:
+                self.pairs.remove()
             self.cache.disable()
         finally:
             self.traces.release()

@@ -34,6 +34,9 @@ class BlockList:
     # The kinds the family's ``BlockModulation.slicer`` is asked for to build one block's slice of the
     # call's modulation table (one kind: that slice; several: a tuple of them, in this order).
     modulation_kinds: tuple[str, ...] = ()
+    # Whether the loop hands each block its hidden state as one pair of two widths, first, and takes
+    # the pair back (LTX-2's (video, audio)): cache-dit gets it as one tensor (``paired_hidden``).
+    hidden_pair: bool = False
 
     def _pattern(self):
         import cache_dit
@@ -99,6 +102,10 @@ class TransformerFamily:
     # ``skip_dit``). Under cache-dit the loop sees one wrapper that runs every block, so calls while
     # one is non-empty are computed in full instead.
     skip_lists: tuple[str, ...] = ()
+    # Keys of transformer_options that, when set, make the loop treat chosen blocks differently by index
+    # (LTX-2's ``stg_self_attn_blocks``: those blocks' self-attention perturbed). The wrapper would apply
+    # the first block's options to all, so calls with one set are computed in full instead.
+    loop_options: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.model:
@@ -242,7 +249,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
     # tokens. The loop tells the blocks no index (it writes none into their options), and replaces
     # ``("double_block", i)`` through ``patches_replace["dit"]``. ``norm_out`` takes the last block's
     # output (the step's scale and shift come after it). LTX-2 (``LTXAVModel``) subclasses it with an
-    # audio stream and a loop of its own.
+    # audio stream and a loop of its own: its own entry.
     TransformerFamily(
         name="LTXV (ComfyUI native)",
         model="LTXV",
@@ -252,6 +259,24 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         match_subclasses=False,
         loop_patches=("patches_replace.dit",),
         final_layer="norm_out",
+    ),
+    # LTX-2 (audio + video, ComfyUI's ``LTXAVModel``): one list of blocks that take the pair (video tokens,
+    # audio tokens) first, of two widths, and the rest by keyword (contexts, per-frame timesteps, rope of
+    # each stream and of the cross-modal attention), update both in place (``addcmul_``) and return the
+    # pair. cache-dit gets the pair as one tensor (``hidden_pair``): Fn's residual, the one it decides on
+    # and the one a cached call adds, is on the video and the audio tokens together. The loop tells the
+    # blocks no index, replaces ``("double_block", i)`` through ``patches_replace["dit"]`` and perturbs the
+    # self-attention of the blocks in ``stg_self_attn_blocks`` (set by LTXV's STG guidance on its extra
+    # call). Two final layers (video ``norm_out``, audio ``audio_norm_out``): no whole-call forecast.
+    TransformerFamily(
+        name="LTX-2 (ComfyUI native)",
+        model="LTX-2",
+        class_path="comfy.ldm.lightricks.av_model.LTXAVModel",
+        block_lists=(BlockList("transformer_blocks", "Pattern_3", adds_in_place=True, hidden_pair=True),),
+        check_forward_pattern=False,
+        match_subclasses=False,
+        loop_patches=("patches_replace.dit",),
+        loop_options=("stg_self_attn_blocks",),
     ),
     # HunyuanVideo 1.0 and 1.5 (t2v, i2v, the super-resolution model) and HunyuanImage 2.1 (2D latents,
     # patch 1x1): one class whose ``forward_orig`` runs Flux's double-stream blocks on (img, txt) by
@@ -335,12 +360,13 @@ class ResolvedTransformer:
 
 def loop_patches_in(family: TransformerFamily, transformer_options: dict, call_kwargs: dict | None = None) \
         -> list[str]:
-    """The patches in a call that ``family``'s own block loop applies by block index.
+    """The patches and options in a call that ``family``'s own block loop applies by block index.
 
     A path "group.name" is looked up in the call's transformer options; a plain name is a keyword
-    argument of the model call itself (e.g. Flux's ControlNet ``control``).
+    argument of the model call itself (e.g. Flux's ControlNet ``control``); a ``loop_options`` name is
+    a key of the transformer options.
     """
-    found = []
+    found = [name for name in family.loop_options if transformer_options.get(name)]
     for path in family.loop_patches:
         if "." in path:
             group, name = path.split(".", 1)

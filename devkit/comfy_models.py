@@ -47,6 +47,7 @@ comfy.options.enable_args_parsing()
 import comfy.cli_args, comfy.model_detection, comfy.ops, torch
 from safetensors.torch import save_file
 
+metadata = None   # the checkpoint's safetensors metadata, where ComfyUI reads config from it
 if family.startswith("wan"):
     from comfy.ldm.wan.model import VaceWanModel, WanModel
     # Narrow: ComfyUI reads dim, heads (dim // 128), ffn_dim and the block count from the shapes.
@@ -97,6 +98,18 @@ elif family == "ltxv":
     model = LTXVModel(in_channels=128, cross_attention_dim=128, attention_head_dim=4, num_attention_heads=32,
                       caption_channels=4096, num_layers=4, device="meta", operations=comfy.ops.disable_weight_init)
     expected, dtype = "LTXV", torch.float32
+elif family == "ltx2":
+    from comfy.ldm.lightricks.av_model import LTXAVModel
+    # ComfyUI 0.33 reads LTX-2's video width as LTXV's (32 heads of attn2.to_k rows // 32) and the rest from
+    # the checkpoint's metadata config, as real LTX-2 files carry it: video 32 heads of 4 (width 128),
+    # audio 16 heads of 4 (width 64), captions 64 wide per stream, one connector layer, 4 blocks.
+    config = dict(caption_channels=64, audio_attention_head_dim=4, audio_num_attention_heads=16,
+                  audio_cross_attention_dim=64, connector_attention_head_dim=4, connector_num_attention_heads=16,
+                  connector_num_layers=1)
+    model = LTXAVModel(in_channels=128, cross_attention_dim=128, attention_head_dim=4, num_attention_heads=32,
+                       num_layers=4, device="meta", operations=comfy.ops.disable_weight_init, **config)
+    metadata = {"config": json.dumps({"transformer": config})}
+    expected, dtype = "LTXAV", torch.float32
 elif family.startswith("hunyuan"):
     from comfy.ldm.hunyuan_video.model import HunyuanVideo
     # Narrow: ComfyUI reads the width from img_in, the heads as width // 128 (one head), the block counts
@@ -152,11 +165,11 @@ for name, tensor in model.state_dict().items():
         fast = torch.arange(128) < 96
         value[:, torch.cat([fast, fast])] *= 0.05
     state[name] = value.to(dtype)
-config = comfy.model_detection.model_config_from_unet(state, "")
+config = comfy.model_detection.model_config_from_unet(state, "", metadata=metadata)
 assert type(config).__name__ == expected, f"ComfyUI detects {type(config).__name__}, not {expected}"
 if family.startswith("flux"):
     assert config.unet_config["guidance_embed"] == (family != "flux2_klein"), config.unet_config
-save_file(state, out_path)
+save_file(state, out_path, metadata=metadata)
 print(json.dumps({"class": type(config).__name__, "unet_config": {k: str(v) for k, v in config.unet_config.items()}}))
 """
 
@@ -174,7 +187,7 @@ FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.s
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
     Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
-    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16), "ltxv" LTXV (4 blocks, width 128),
+    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16), "ltxv" LTXV (4 blocks, width 128), "ltx2" LTX-2 (4 blocks, video width 128, audio 64),
     "hunyuan_video15" HunyuanVideo 1.5 t2v (3 double blocks, width 128), "hunyuan_image21" HunyuanImage 2.1
     (2 double + 2 single blocks, width 128)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
@@ -266,3 +279,7 @@ def make_minimax_h3_checkpoint(comfy_root: Path, path: Path, seed: int = 0) -> P
     subprocess.run([comfyui_python(comfy_root), "-c", _MINIMAX_H3_SCRIPT, str(seed), str(path)], cwd=comfy_root,
                    check=True, capture_output=True, timeout=300)
     return path
+
+
+# LTX-2 last: a checkpoint's seed is its key's place in ``FAMILY_MODELS`` (built by ``make_family_checkpoint``).
+FAMILY_MODELS["ltx2"] = "ltx2_tiny.safetensors"

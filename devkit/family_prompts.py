@@ -114,3 +114,12 @@ FAMILIES["minimax_h3"] = FamilySpec(
         "class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 64, "height": 64, "length": 5}},
     own_tests="test_families_minimax_comfyui.py")
 SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]
+
+# LTX-2: 4 blocks, video 128 wide and audio 64 wide, the conditioning already processed per stream (64 + 64
+# wide); a 64x64, 9-frame video latent (8 tokens) joined by ComfyUI's ``LTXVConcatAVLatent`` with an 8-frame
+# audio latent (8 tokens). Its own tests: the AV latent is built and split there (tests/test_families_ltx2_comfyui.py).
+FAMILIES["ltx2"] = FamilySpec(
+    FAMILY_MODELS["ltx2"], "LTX-2 (ComfyUI native)", 4, 128, {
+        "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},
+    own_tests="test_families_ltx2_comfyui.py")
+SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]

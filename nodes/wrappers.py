@@ -289,8 +289,9 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     call_arguments = _call_arguments(executor, args, kwargs) if family.call_patches else None
     patched = loop_patches_in(family, options, call_arguments)
     if patched:  # the model's loop applies them by block index: only its own loop can
-        run.warn_once(f"Calls with {' and '.join(patched)} patches (e.g. a ControlNet's) were computed in "
-                      f"full: the model applies them between blocks, which the cache skips.")
+        run.warn_once(f"Calls with {' and '.join(patched)} (patches such as a ControlNet's, or options naming "
+                      f"blocks) were computed in full: the model applies them by block index, and the cache "
+                      f"runs its blocks as one.")
         with run.uncached():
             return executor(*args, **kwargs)
     skipping = skip_lists_in(family, run.target.module)

@@ -16,7 +16,7 @@ a 9-frame 64x64 video from ``EmptyLTXVLatentVideo`` with the conditioning throug
 - TorchCompileModel before the node caches the same steps;
 - two devices (one list: the shared decision works): off bit-identical, the mask cached on both;
 - the Spectrum node: its preset's steps forecast at CFG 1, batched and split, a forecast call running no block.
-- LTX-2 (`LTXAVModel`, a subclass with a loop of its own) refused, naming the classes supported.
+- LTX-2 (`LTXAVModel`, a subclass with a loop of its own) resolves to its own entry, never LTXV's.
 """
 
 from __future__ import annotations
@@ -241,24 +241,21 @@ def test_the_spectrum_node_forecasts_its_presets_steps_in_every_cfg_layout(ltxv_
 _LTX2_SCRIPT = """
 import sys
 pack = sys.argv[-1]
-sys.argv = ["ltx2_refused", "--cpu"]
+sys.argv = ["ltx2_resolved", "--cpu"]
 import comfy.options
 comfy.options.enable_args_parsing()
 import comfy.cli_args, comfy.ops
 sys.path.insert(0, pack)
 from comfy.ldm.lightricks.av_model import LTXAVModel
-from adapters.registry import UnsupportedModelError, resolve
-try:
-    resolve(LTXAVModel(num_layers=1, device="meta", operations=comfy.ops.disable_weight_init))
-    print("ACCEPTED")
-except UnsupportedModelError as error:
-    print("REFUSED", error)
+from adapters.registry import resolve
+print(resolve(LTXAVModel(num_layers=1, device="meta", operations=comfy.ops.disable_weight_init)).family.name)
 """
 
 
-def test_ltx_2_a_subclass_with_a_loop_of_its_own_is_refused_naming_ltxv(comfy_root):
-    """LTX-2's blocks take and return a (video, audio) pair and its loop switches blocks by index
-    (``stg_self_attn_blocks``): ComfyUI's own ``LTXAVModel``, built on the meta device, is not LTXV's family."""
+def test_ltx_2_a_subclass_with_a_loop_of_its_own_is_its_own_family_not_ltxvs(comfy_root):
+    """LTX-2's blocks take and return a (video, audio) pair and its loop perturbs blocks by index
+    (``stg_self_attn_blocks``): ComfyUI's own ``LTXAVModel``, built on the meta device, resolves to the LTX-2
+    entry (tests/test_families_ltx2_comfyui.py), never to LTXV's, whose loop hands blocks one tensor."""
     import subprocess
     from pathlib import Path
 
@@ -268,5 +265,4 @@ def test_ltx_2_a_subclass_with_a_loop_of_its_own_is_refused_naming_ltxv(comfy_ro
     done = subprocess.run([comfyui_python(comfy_root), "-c", _LTX2_SCRIPT, pack], cwd=comfy_root,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("REFUSED") and "LTXAVModel" in done.stdout and "[LTXVModel]" in done.stdout, \
-        done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "LTX-2 (ComfyUI native)", done.stdout

@@ -36,6 +36,8 @@
 - ``Krea2TestLatentBytes``: LATENT -> IMAGE without a VAE, each byte of the float32 latent as one
   channel value (byte / 255, a one-pixel-high RGB strip, zero-padded): an image path that rounds to
   8 bits (a PNG sent over HTTP) carries the latent exactly, so equal images mean bit-identical latents.
+- ``Krea2TestEmptyAudioLatent``, ``Krea2TestTransformerOption``, ``Krea2TestPairedHiddenProbe``
+  (``audio_video.py``): for LTX-2, whose loop hands its blocks a (video, audio) pair;
 - ``Krea2TestModelWatch`` (``model_watch.py``): weak references to a model and its modules, read
   back with the pack's module-level registries by a route, to check that a model that ran is freed.
 - ``Krea2TestFinalLayerProbe``: per model call, the first block's output and the final layer's input
@@ -58,6 +60,7 @@ from pathlib import Path
 import torch
 from server import PromptServer
 
+from .audio_video import NODE_CLASS_MAPPINGS as AUDIO_VIDEO_NODES
 from .measurement import register as register_measurement_routes
 from .model_watch import Krea2TestModelWatch
 from .model_watch import register as register_model_watch_route
@@ -274,7 +277,8 @@ class Krea2TestBlockReplace:
     def patch(self, model, kind, block, scale):
         def replace(args, extra):
             out = extra["original_block"](args)
-            return {**out, "img": out["img"] * scale}
+            img = out["img"]   # LTX-2's blocks: the (video, audio) pair
+            return {**out, "img": tuple(part * scale for part in img) if isinstance(img, tuple) else img * scale}
 
         patched = model.clone()
         patched.set_model_patch_replace(replace, "dit", kind, block)
@@ -489,7 +493,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
                        "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper,
                        "Krea2TestLatentBytes": Krea2TestLatentBytes,
-                       "Krea2TestModelWatch": Krea2TestModelWatch}
+                       "Krea2TestModelWatch": Krea2TestModelWatch, **AUDIO_VIDEO_NODES}
 
 register_measurement_routes(PromptServer.instance.routes)
 register_model_watch_route(PromptServer.instance.routes)
