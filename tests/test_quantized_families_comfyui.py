@@ -38,6 +38,7 @@ from comfy_harness import ComfyServer, third_party_pack
 from family_prompts import FAMILIES, family_prompt
 from helpers import FAST, OFF, latent_and_record
 from krea2_gguf_files import write_krea2_gguf
+from test_families_ltx2_comfyui import with_av_latent
 from test_families_ltxv_comfyui import with_ltxv_conditioning
 
 pytestmark = pytest.mark.comfyui
@@ -78,6 +79,9 @@ QUANTIZED = {
     "ltxv": Quantized("ltxv", server=None, graph=with_ltxv_conditioning),
     "hunyuan_video15": Quantized("hyvid", server=None),
     "hunyuan_image21": Quantized("hyvid", server=None, off_pair=("fp8",)),
+    # LTX-2: fp8 only. ComfyUI reads LTX-2's audio and caption widths from a checkpoint's metadata config,
+    # which ComfyUI-GGUF's loader does not hand it: a GGUF loads only at LTX-2's real widths (19B).
+    "ltx2": Quantized(None, server=None, formats=("fp8",), off_pair=("fp8",), graph=with_av_latent),
 }
 # Families not here, and why (each must say): the test below fails on a family in neither.
 NOT_QUANTIZED = {
