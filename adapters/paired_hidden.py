@@ -18,8 +18,6 @@ Calls computed around the cache run the blocks on the loop's own pair: the hooks
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from .registry import BlockList

@@ -187,7 +187,8 @@ FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.s
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
     Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
-    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16), "ltxv" LTXV (4 blocks, width 128), "ltx2" LTX-2 (4 blocks, video width 128, audio 64),
+    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16), "ltxv" LTXV (4 blocks, width 128),
+    "ltx2" LTX-2 (4 blocks, video width 128, audio 64, its widths in the file's metadata config),
     "hunyuan_video15" HunyuanVideo 1.5 t2v (3 double blocks, width 128), "hunyuan_image21" HunyuanImage 2.1
     (2 double + 2 single blocks, width 128)."""
     subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,

@@ -8,12 +8,16 @@ runners queue a prompt on a test server, wait for it and fail, with the server's
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from comfy_harness import ComfyServer, prompt_error
 
 FAST = {"steps_mask": "fast"}
 FAST_8_CACHED = [3, 5, 6]   # cache-dit's "fast" mask for 8 steps: 1 1 1 0 1 0 0 1
 OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}   # the node on the model, caching nothing
+# ComfyUI's own step cache on the same model, which the cache node leaves the run to.
+EASYCACHE = {"class_type": "EasyCache", "inputs": {"reuse_threshold": 1.5, "start_percent": 0.15, "end_percent": 0.95,
+                                                   "verbose": False}}
 
 
 def run_ok(server: ComfyServer, prompt: dict, timeout: float = 600.0) -> dict:
@@ -31,6 +35,29 @@ def latent_and_record(server: ComfyServer, prompt: dict, node_id: str | None = "
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     record = server.stats_for(prompt_id, node_id)[0] if node_id is not None and node_id in prompt else None
     return server.saved_latent(entry, "7"), record
+
+
+def av_latents_and_record(server: ComfyServer, graph: dict, node_id: str = "5", timeout: float = 600.0):
+    """An audio-video graph's (video latent saved by "7", audio latent saved by "15", the record of its node
+    ``node_id`` for this prompt, or None when the graph has no such node)."""
+    prompt_id = server.queue(graph)
+    entry = server.wait(prompt_id, timeout)
+    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
+    record = server.stats_for(prompt_id, node_id)[0] if node_id in graph else None
+    return server.saved_latent(entry, "7"), server.saved_latent(entry, "15"), record
+
+
+def check_one_list_record(record: dict, name: str, blocks: int, steps: int, calls: int, mode: str,
+                          cached: list[int]):
+    """The record of a one-list family's run of node "5": ``calls`` calls over ``steps`` steps in CFG ``mode``,
+    each call of a cached step running only block 0 (Fn 1, Bn 0), of a computed step all ``blocks``."""
+    assert record["status"] == "ok" and record["model"] == name and record["steps"] == steps
+    assert record["node_id"] == "5" and record["cfg_mode"] == mode and record["calls"] == calls
+    assert record["has_separate_cfg"] == (mode == "split")
+    assert record["cached_steps"] == cached
+    assert record["block_lists"] == [], "one block list: the record has no per-list account"
+    assert [(call[0], call[3]) for call in record["call_log"]] == [
+        (step, 1 if step in cached else blocks) for step in range(steps) for _ in range(calls // steps)]
 
 
 def write_native_lora(server: ComfyServer, checkpoint: Path, layers, name: str, prefix: str = "diffusion_model.") \
@@ -52,3 +79,34 @@ def write_native_lora(server: ComfyServer, checkpoint: Path, layers, name: str, 
             weights[f"{prefix}{layer}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
     save_file(weights, str(server.base_dir / "models" / "loras" / name))
     return name
+
+
+def check_threshold_caching(record_of: Callable[[float, str], dict], steps: int = 8, warmup: int = 4,
+                            full: bool = False):
+    """Threshold caching decides by the measured change: ``record_of(threshold, label)`` samples ``steps``
+    steps with the node at that threshold and returns the prompt's stats record.
+
+    At threshold 0 every step after ``warmup`` measures its change and none is cached. cache-dit compares
+    only thresholds below 1 (1 or more caches every step), so the threshold then is one between the two
+    smallest changes after warmup; the run is the same up to the first of them, so some step caches, and
+    each step after warmup is cached exactly when its change is below the threshold. ``full``: first, at
+    threshold 2 every step the limits allow is cached (warmup, then at most 3 in a row).
+    """
+    if full:
+        record = record_of(2.0, "full")
+        assert record["cached_steps"] == [4, 5, 6]
+        assert [record["step_reasons"][s] for s in range(steps)] == \
+            ["warmup"] * 4 + ["threshold"] * 3 + ["max_continuous"] * (steps - 7)
+    off = record_of(0.0, "off")
+    diffs = sorted(d for d in off["residual_diffs"][warmup:] if d is not None)
+    assert off["cached_steps"] == [] and len(diffs) == steps - warmup and diffs[0] < 0.9, \
+        f"every step after warmup measures its change, some below 0.9: {off['residual_diffs']}"
+    threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
+    mid = record_of(threshold, "mid")
+    assert mid["cached_steps"], (threshold, off["residual_diffs"])
+    for step in range(warmup, steps):
+        reason, diff = mid["step_reasons"][step], mid["residual_diffs"][step]
+        if step in mid["cached_steps"]:
+            assert reason == "threshold" and diff < threshold, (step, diff, threshold)
+        elif reason == "threshold":
+            assert diff >= threshold, (step, diff, threshold)

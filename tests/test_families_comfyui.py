@@ -20,7 +20,7 @@ import torch
 from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
 from family_prompts import FAMILIES, SHARED, family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF, run_ok
+from helpers import FAST, FAST_8_CACHED, OFF, check_threshold_caching, run_ok
 
 pytestmark = pytest.mark.comfyui
 
@@ -114,26 +114,10 @@ def test_the_medium_mask_caches_its_steps(family_server, family):
 
 @family_ids
 def test_threshold_caching_decides_by_the_measured_change(family_server, family):
-    """At threshold 2 every step the limits allow is cached (warmup 4, then at most 3 in a row); in
-    between, each step after warmup is cached exactly when its measured change is below the threshold."""
-    _, [full] = family_server.run_with_stats(family_prompt(family, cache={"residual_diff_threshold": 2.0}))
-    assert full["cached_steps"] == [4, 5, 6]
-    assert [full["step_reasons"][s] for s in range(8)] == ["warmup"] * 4 + ["threshold"] * 3 + ["max_continuous"]
-    _, [off] = family_server.run_with_stats(family_prompt(family, cache={"residual_diff_threshold": 0.0}))
-    # cache-dit compares only thresholds below 1 (1 or more caches every step): one just above the
-    # smallest change after warmup. The run is the same as this one up to that step, so it caches.
-    diffs = sorted(d for d in off["residual_diffs"][4:] if d is not None)
-    assert diffs[0] < 0.9, f"no change after warmup below 0.9 on these weights: {off['residual_diffs']}"
-    threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
-    _, [mid] = family_server.run_with_stats(family_prompt(family,
-                                                         cache={"residual_diff_threshold": threshold}))
-    assert mid["cached_steps"], (threshold, off["residual_diffs"])
-    for step in range(4, 8):
-        reason, diff = mid["step_reasons"][step], mid["residual_diffs"][step]
-        if step in mid["cached_steps"]:
-            assert reason == "threshold" and diff < threshold, (step, diff, threshold)
-        elif reason == "threshold":
-            assert diff >= threshold, (step, diff, threshold)
+    """At threshold 2 every step the limits allow is cached; in between, each step after warmup is cached
+    exactly when its measured change is below the threshold (``check_threshold_caching``)."""
+    check_threshold_caching(lambda threshold, label: family_server.run_with_stats(
+        family_prompt(family, cache={"residual_diff_threshold": threshold}))[1][0], full=True)
 
 
 def with_probe(prompt: dict, log_path) -> dict:

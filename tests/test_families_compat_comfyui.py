@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from family_prompts import family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record
+from helpers import EASYCACHE, FAST, FAST_8_CACHED, OFF, latent_and_record
 from krea2_prompts import with_lora
 
 pytestmark = pytest.mark.comfyui
@@ -86,9 +86,7 @@ def test_the_log_names_the_node_the_user_placed(family_server):
     """A Wan run of CacheDiTDBCache logs its warning (EasyCache on the same model: the node steps aside)
     and its summary as that node, not as Krea-2's."""
     start = len(family_server.log_text())
-    easycache = {"class_type": "EasyCache", "inputs": {"reuse_threshold": 1.5, "start_percent": 0.15,
-                                                       "end_percent": 0.95, "verbose": False}}
-    _, record = run(family_server, insert_after_loader(family_prompt("wan", seed=91, cache=FAST), "20", easycache))
+    _, record = run(family_server, insert_after_loader(family_prompt("wan", seed=91, cache=FAST), "20", EASYCACHE))
     assert record["status"] == "skipped" and "EasyCache" in record["warnings"][0]
     logged = family_server.log_text()[start:]
     assert f"Cache-DiT DBCache [node 5]: {record['warnings'][0]}" in logged, logged[-3000:]

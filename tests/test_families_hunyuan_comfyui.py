@@ -29,7 +29,8 @@ import torch
 from comfy_harness import ComfyServer
 from comfy_models import FAMILY_MODELS, make_family_checkpoint
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record, write_native_lora
+from helpers import (EASYCACHE, FAST, FAST_8_CACHED, OFF, check_threshold_caching, latent_and_record,
+                     write_native_lora)
 from krea2_prompts import with_lora
 from test_families_comfyui import blocks_seen, with_probe
 from test_families_compat_comfyui import insert_after_loader
@@ -120,30 +121,15 @@ def test_caching_off_is_bit_identical_to_no_node(server):
 
 
 def test_threshold_caching_decides_by_the_measured_change(server):
-    """Threshold 2 caches every step the limits allow (warmup 4, at most 3 in a row); one just above the
-    smallest measured change after warmup caches exactly the steps whose change is below it."""
-    _, full = run(server, prompt(cache={"residual_diff_threshold": 2.0}, prefix="hunyuan_thr_full"))
-    assert full["cached_steps"] == [4, 5, 6]
-    assert [full["step_reasons"][s] for s in range(STEPS)] == ["warmup"] * 4 + ["threshold"] * 3 + ["max_continuous"]
-    _, measured = run(server, prompt(cache={"residual_diff_threshold": 0.0}, prefix="hunyuan_thr_off"))
-    diffs = sorted(d for d in measured["residual_diffs"][4:] if d is not None)
-    assert len(diffs) >= 2 and diffs[0] < 0.9, f"no change after warmup below 0.9: {measured['residual_diffs']}"
-    threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
-    _, mid = run(server, prompt(cache={"residual_diff_threshold": threshold}, prefix="hunyuan_thr_mid"))
-    assert mid["cached_steps"], (threshold, measured["residual_diffs"])
-    for step in range(4, STEPS):
-        reason, diff = mid["step_reasons"][step], mid["residual_diffs"][step]
-        if step in mid["cached_steps"]:
-            assert reason == "threshold" and diff < threshold, (step, diff, threshold)
-        elif reason == "threshold":
-            assert diff >= threshold, (step, diff, threshold)
+    """Threshold 2 caches every step the limits allow; one just above the smallest measured change after
+    warmup caches exactly the steps whose change is below it (``check_threshold_caching``)."""
+    check_threshold_caching(lambda threshold, label: run(server, prompt(
+        cache={"residual_diff_threshold": threshold}, prefix=f"hunyuan_thr_{label}"))[1], steps=STEPS, full=True)
 
 
 def test_easycache_on_the_same_model_leaves_the_run_to_it(server):
-    easycache = {"class_type": "EasyCache", "inputs": {"reuse_threshold": 1.5, "start_percent": 0.15,
-                                                        "end_percent": 0.95, "verbose": False}}
-    alone, _ = run(server, insert_after_loader(prompt(prefix="hunyuan_easy_alone"), "14", easycache), node_id=None)
-    latent, record = run(server, insert_after_loader(prompt(cache=FAST, prefix="hunyuan_easy"), "14", easycache))
+    alone, _ = run(server, insert_after_loader(prompt(prefix="hunyuan_easy_alone"), "14", EASYCACHE), node_id=None)
+    latent, record = run(server, insert_after_loader(prompt(cache=FAST, prefix="hunyuan_easy"), "14", EASYCACHE))
     assert record["status"] == "skipped" and "EasyCache" in " ".join(record["warnings"])
     assert torch.equal(latent, alone)
 

@@ -28,7 +28,8 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, OFF, prompt_error, write_native_lora
+from helpers import (EASYCACHE, FAST, OFF, av_latents_and_record, check_one_list_record, check_threshold_caching,
+                     prompt_error, write_native_lora)
 from krea2_prompts import with_forecast, with_lora
 from test_families_compat_comfyui import insert_after_loader
 
@@ -77,22 +78,11 @@ def prompt(cfg=1.0, neg_tokens=8, cache=None, seed=SEED, steps=STEPS, prefix="lt
 
 def run(server, graph: dict, timeout: float = 600.0):
     """(video latent, audio latent, the record of node "5" of this prompt or None)."""
-    prompt_id = server.queue(graph)
-    entry = server.wait(prompt_id, timeout)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    record = server.stats_for(prompt_id, "5")[0] if "5" in graph else None
-    return server.saved_latent(entry, "7"), server.saved_latent(entry, "15"), record
+    return av_latents_and_record(server, graph, timeout=timeout)
 
 
 def check_record(record: dict, calls: int, mode: str, cached=MASK_CACHED):
-    assert record["status"] == "ok" and record["model"] == SPEC.name and record["steps"] == STEPS
-    assert record["node_id"] == "5" and record["cfg_mode"] == mode and record["calls"] == calls
-    assert record["has_separate_cfg"] == (mode == "split")
-    assert record["cached_steps"] == cached
-    assert record["block_lists"] == [], "one block list: the record has no per-list account"
-    # Every call of a computed step runs the 4 blocks, of a cached step only block 0 (Fn 1, Bn 0).
-    assert [(call[0], call[3]) for call in record["call_log"]] == [
-        (step, 1 if step in cached else SPEC.blocks) for step in range(STEPS) for _ in range(calls // STEPS)]
+    check_one_list_record(record, SPEC.name, SPEC.blocks, STEPS, calls, mode, cached)
 
 
 @pytest.fixture(scope="module")
@@ -164,29 +154,16 @@ def test_caching_off_is_bit_identical_to_no_node_for_video_and_audio(server):
 
 
 def test_threshold_caching_decides_by_the_measured_change(server):
-    """8 steps (warmup 4): each step after warmup cached exactly when its measured change is below the
-    threshold, one between the two smallest changes after warmup."""
-    *_, off = run(server, prompt(steps=8, cache={"residual_diff_threshold": 0.0}, prefix="ltx2_thr_off"))
-    diffs = sorted(d for d in off["residual_diffs"][4:] if d is not None)
-    assert off["cached_steps"] == [] and len(diffs) == 4 and diffs[0] < 0.9, \
-        f"every step after warmup measures its change, some below 0.9: {off['residual_diffs']}"
-    threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
-    *_, mid = run(server, prompt(steps=8, cache={"residual_diff_threshold": threshold}, prefix="ltx2_thr_mid"))
-    assert mid["cached_steps"], (threshold, off["residual_diffs"])
-    for step in range(4, 8):
-        reason, diff = mid["step_reasons"][step], mid["residual_diffs"][step]
-        if step in mid["cached_steps"]:
-            assert reason == "threshold" and diff < threshold, (step, diff, threshold)
-        elif reason == "threshold":
-            assert diff >= threshold, (step, diff, threshold)
+    """8 steps (warmup 4): each step after warmup cached exactly when its measured change (of video and audio
+    tokens together) is below the threshold (``check_threshold_caching``)."""
+    check_threshold_caching(lambda threshold, label: run(server, prompt(
+        steps=8, cache={"residual_diff_threshold": threshold}, prefix=f"ltx2_thr_{label}"))[2])
 
 
 def test_easycache_on_the_same_model_leaves_the_run_to_it(server):
-    easycache = {"class_type": "EasyCache", "inputs": {"reuse_threshold": 1.5, "start_percent": 0.15,
-                                                        "end_percent": 0.95, "verbose": False}}
-    alone_video, alone_audio, _ = run(server, insert_after_loader(prompt(prefix="ltx2_easy"), "20", easycache))
+    alone_video, alone_audio, _ = run(server, insert_after_loader(prompt(prefix="ltx2_easy"), "20", EASYCACHE))
     video, audio, record = run(server, insert_after_loader(prompt(cache=FAST, prefix="ltx2_easy_node"), "20",
-                                                           easycache))
+                                                           EASYCACHE))
     assert record["status"] == "skipped" and "EasyCache" in " ".join(record["warnings"])
     assert torch.equal(video, alone_video) and torch.equal(audio, alone_audio)
 

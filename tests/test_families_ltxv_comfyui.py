@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, OFF, latent_and_record, write_native_lora
+from helpers import EASYCACHE, FAST, OFF, check_threshold_caching, latent_and_record, write_native_lora
 from krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader
 from test_forecast_comfyui import check_every_cfg_layout
@@ -127,29 +127,14 @@ def test_caching_off_is_bit_identical_to_no_node(ltxv_server):
 
 def test_threshold_caching_decides_by_the_measured_change(ltxv_server):
     """8 steps (warmup 4): each step after warmup cached exactly when its measured change is below the
-    threshold, one between the two smallest changes after warmup."""
-    _, off = latent_and_record(ltxv_server, prompt(cache={"residual_diff_threshold": 0.0}, steps=8,
-                                                   prefix="ltxv_thr_off"))
-    # cache-dit compares only thresholds below 1: one just above the smallest change after warmup.
-    diffs = sorted(d for d in off["residual_diffs"][4:] if d is not None)
-    assert off["cached_steps"] == [] and len(diffs) == 4 and diffs[0] < 0.9, \
-        f"every step after warmup measures its change, some below 0.9: {off['residual_diffs']}"
-    threshold = round(min(0.95, (diffs[0] + diffs[1]) / 2), 4)
-    _, mid = latent_and_record(ltxv_server, prompt(cache={"residual_diff_threshold": threshold}, steps=8,
-                                                   prefix="ltxv_thr_mid"))
-    assert mid["cached_steps"], (threshold, off["residual_diffs"])
-    for step in range(4, 8):
-        reason, diff = mid["step_reasons"][step], mid["residual_diffs"][step]
-        if step in mid["cached_steps"]:
-            assert reason == "threshold" and diff < threshold, (step, diff, threshold)
-        elif reason == "threshold":
-            assert diff >= threshold, (step, diff, threshold)
+    threshold, one between the two smallest changes after warmup (``check_threshold_caching``)."""
+    check_threshold_caching(lambda threshold, label: latent_and_record(ltxv_server, prompt(
+        cache={"residual_diff_threshold": threshold}, steps=8, prefix=f"ltxv_thr_{label}"))[1])
 
 
 def test_easycache_on_the_same_model_leaves_the_run_to_it(ltxv_server):
     def with_easycache(graph):
-        return insert_after_loader(graph, "14", {"class_type": "EasyCache", "inputs": {
-            "reuse_threshold": 1.5, "start_percent": 0.15, "end_percent": 0.95, "verbose": False}})
+        return insert_after_loader(graph, "14", EASYCACHE)
 
     alone, _ = latent_and_record(ltxv_server, with_easycache(prompt(prefix="ltxv_easy_alone")))
     latent, record = latent_and_record(ltxv_server, with_easycache(prompt(cache=FAST, prefix="ltxv_easy")))
