@@ -40,6 +40,8 @@ pytestmark = pytest.mark.comfyui
 
 WATCH = "40"
 KREA2 = "krea2"
+# Families with no case of their own, and the family whose case runs their class.
+SAME_CLASS = {"hunyuan_image21": "hunyuan_video15"}
 LORA = "krea2_release_lora.safetensors"
 GGUF = "krea2_release-Q8_0.gguf"
 PACK_LOADER = "Krea2DiffusersLoader"
@@ -140,10 +142,16 @@ CASES = {
     # The families with tests of their own (HunyuanImage 2.1 is HunyuanVideo 1.5's class), in one stream.
     **{f"{family} cached": (family, functools.partial(own_graph, family, cfg=1.0, steps=OWN_STEPS.get(family, STEPS)),
                             False, True)
-       for family in ("chroma", "ltxv", "hunyuan_video15", "minimax_h3")},
+       for family, spec in FAMILIES.items() if spec.own_tests and family not in SAME_CLASS},
     # Spectrum's final-layer forecast on the one packed sequence both of MiniMax H3's outputs read, split CFG.
     "minimax_h3 Spectrum": ("minimax_h3", lambda: spectrum("minimax_h3"), False, True),
 }
+
+
+def test_every_family_has_a_case():
+    covered = {family for family, *_ in CASES.values()}
+    assert covered | set(SAME_CLASS) == set(FAMILIES) and set(SAME_CLASS.values()) <= covered, (
+        "every family needs a cached case in CASES (tests/test_model_release_comfyui.py)")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,9 @@
   written as a Q8_0 GGUF with the ``gguf`` package (``krea2_gguf_files``' layout: 1-D and small tensors
   and the bare parameters ComfyUI-GGUF's conversion keeps in F32, ``general.architecture`` as its
   loader expects it), detected by ComfyUI from its tensors as the safetensors file is;
-- fp8 through *Load Diffusion Model* (``UNETLoader``) with ``weight_dtype`` ``fp8_e4m3fn``.
+- fp8 through *Load Diffusion Model* (``UNETLoader``) with ``weight_dtype`` ``fp8_e4m3fn`` ("fp8"), or, where that
+  fails in ComfyUI itself (MiniMax H3, see its ``refused``), a scaled-fp8 file of the checkpoint with ``weight_dtype``
+  ``default`` ("fp8_scaled": ComfyUI's mixed-precision layers, the norms kept in full precision).
 
 For each family and file: the ``fast`` mask caches its step of 4 (the stats record of the queued
 prompt says so, with the family's name, calls and blocks), and, where ``QUANTIZED`` says, the node with
@@ -20,8 +22,8 @@ checked in ``test_compat_comfyui.py``.
 
 Adding a family: its ``FamilySpec`` in ``devkit/family_prompts.py`` and ONE line in ``QUANTIZED``
 below: the ``general.architecture`` ComfyUI-GGUF's loader accepts for it (``loader.py``'s
-``IMG_ARCH_LIST``, e.g. "ltxv", "hyvid"; None where it has none: then only fp8 runs, and ``no_gguf`` says
-so), the session
+``IMG_ARCH_LIST``, e.g. "ltxv", "hyvid"; None where it has none: then only fp8 runs, and its ``refused``
+says why), the session
 fixture that writes its checkpoint when that is not ``family_server``, and fewer calls where each is
 slow. ``test_every_family_is_quantized`` fails until that line exists.
 """
@@ -57,7 +59,7 @@ class Quantized:
     # The session fixture whose models folder holds the checkpoint; None: a small checkpoint this module
     # writes itself (a family whose own test module writes its checkpoint for its own server).
     server: str | None = "family_server"
-    formats: tuple[str, ...] = ("gguf", "fp8")   # the files whose mask run runs
+    formats: tuple[str, ...] = ("gguf", "fp8")   # the files whose mask run runs ("gguf", "fp8", "fp8_scaled")
     off_pair: tuple[str, ...] = ("gguf", "fp8")  # the files whose caching-off pair runs too
     off_steps: int = STEPS                      # steps of the caching-off pair
     # What the family's graph needs beyond ``family_prompt``'s (as its own test module builds it), or None.
