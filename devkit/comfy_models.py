@@ -216,16 +216,17 @@ def make_lora(shape: Krea2Shape, native_names: bool, rank: int = 4) -> dict[str,
 QUANTIZED_LAYERS = ("attn.wq", "attn.wk", "attn.wv", "attn.gate", "attn.wo", "mlp.gate", "mlp.up", "mlp.down")
 
 
-def fp8_scaled_state_dict(native: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A ``*_fp8_scaled`` checkpoint of a native Krea-2 state dict, in ComfyUI's scaled-fp8 format.
+def fp8_scaled_state_dict(native: dict[str, torch.Tensor], layers=QUANTIZED_LAYERS) -> dict[str, torch.Tensor]:
+    """A ``*_fp8_scaled`` checkpoint of a native state dict (Krea-2's unless ``layers`` names another
+    family's block linear layers), in ComfyUI's scaled-fp8 format.
 
-    Block linear weights become float8_e4m3fn with a per-tensor ``scale_weight`` (absmax / 448);
-    the ``scaled_fp8`` marker tells ComfyUI's loader to read them as quantized layers.
+    The ``layers`` weights of each ``blocks.N`` become float8_e4m3fn with a per-tensor ``scale_weight``
+    (absmax / 448); the ``scaled_fp8`` marker tells ComfyUI's loader to read them as quantized layers.
     """
     out = dict(native)
     for name, tensor in native.items():
         layer = name[:-len(".weight")]
-        if name.startswith("blocks.") and name.endswith(".weight") and layer.split(".", 2)[2] in QUANTIZED_LAYERS:
+        if name.startswith("blocks.") and name.endswith(".weight") and layer.split(".", 2)[2] in layers:
             scale = tensor.abs().max().float() / 448.0
             out[name] = (tensor.float() / scale).to(torch.float8_e4m3fn)
             out[f"{layer}.scale_weight"] = scale.reshape(())

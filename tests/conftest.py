@@ -332,6 +332,35 @@ def transformer():
     return seeded_transformer()
 
 
+def with_family_checkpoint(comfy_root: Path, server: ComfyServer, family: str) -> ComfyServer:
+    """``server`` with the tiny checkpoint of ``family`` (a ``FAMILY_MODELS`` key), written unless it is there."""
+    from comfy_models import FAMILY_MODELS, make_family_checkpoint
+
+    path = server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[family]
+    if not path.exists():
+        make_family_checkpoint(comfy_root, family, path, seed=family_checkpoint_seed(family))
+    return server
+
+
+@pytest.fixture(scope="session")
+def ltxv_server(comfy_root, family_server):
+    """``family_server`` with the tiny LTXV checkpoint, written the first time a test asks for it."""
+    return with_family_checkpoint(comfy_root, family_server, "ltxv")
+
+
+@pytest.fixture(scope="session")
+def hunyuan_video15_server(comfy_root, family_server):
+    """``family_server`` with the tiny HunyuanVideo 1.5 checkpoint (the one ``test_families_hunyuan_comfyui.py``
+    samples on a server of its own), written the first time a test asks for it."""
+    return with_family_checkpoint(comfy_root, family_server, "hunyuan_video15")
+
+
+@pytest.fixture(scope="session")
+def ltx2_server(comfy_root, family_server):
+    """``family_server`` with the tiny LTX-2 checkpoint, written the first time a test asks for it."""
+    return with_family_checkpoint(comfy_root, family_server, "ltx2")
+
+
 @pytest.fixture(scope="session")
 def minimax_server(comfy_root, family_server):
     """``family_server`` with the tiny MiniMax H3 checkpoint, written the first time a MiniMax H3 test asks."""

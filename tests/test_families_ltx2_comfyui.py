@@ -47,15 +47,8 @@ LORA_LAYERS = [f"transformer_blocks.{block}.{layer}" for block in range(4)
 
 
 @pytest.fixture(scope="module")
-def server(comfy_root, family_server):
-    """``family_server`` with the tiny LTX-2 checkpoint, written the first time a test here asks for it."""
-    from comfy_models import FAMILY_MODELS, make_family_checkpoint
-    from conftest import family_checkpoint_seed
-
-    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[FAMILY]
-    if not path.exists():
-        make_family_checkpoint(comfy_root, FAMILY, path, seed=family_checkpoint_seed(FAMILY))
-    return family_server
+def server(ltx2_server):
+    return ltx2_server
 
 
 def with_av_latent(graph: dict) -> dict:

@@ -42,18 +42,6 @@ SEED = 91
 LORA_LAYERS = [f"transformer_blocks.{block}.{layer}" for block in range(4) for layer in ("attn1.to_out.0", "ff.net.2")]
 
 
-@pytest.fixture(scope="module")
-def ltxv_server(comfy_root, family_server):
-    """``family_server`` with the tiny LTXV checkpoint, written the first time a test here asks for it."""
-    from comfy_models import FAMILY_MODELS, make_family_checkpoint
-    from conftest import family_checkpoint_seed
-
-    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[FAMILY]
-    if not path.exists():
-        make_family_checkpoint(comfy_root, FAMILY, path, seed=family_checkpoint_seed(FAMILY))
-    return family_server
-
-
 def with_ltxv_conditioning(graph: dict, frame_rate: float = 25.0) -> dict:
     """The conditioning with its attention mask (LTXV's T5 text encoder gives one; the model takes it as an
     argument), and ComfyUI's ``LTXVConditioning`` ("9") between it and the sampler."""

@@ -43,9 +43,16 @@ LORA_LAYERS = [f"blocks.{block}.{layer}" for block in range(4) for layer in ("at
 
 def prompt(cfg=1.0, cache=None, seed=SEED, steps=STEPS, prefix="minimax", **kwargs) -> dict:
     """The family graph with the sampled AV latent split by ComfyUI's node: video saved by "7", audio by "15"."""
-    graph = family_prompt(FAMILY, cfg=cfg, cache=cache, seed=seed, steps=steps, prefix=prefix, **kwargs)
+    return with_separate_av(family_prompt(FAMILY, cfg=cfg, cache=cache, seed=seed, steps=steps, prefix=prefix,
+                                          **kwargs))
+
+
+def with_separate_av(graph: dict) -> dict:
+    """The sampled AV latent split by ComfyUI's ``LTXVSeparateAVLatent`` ("14"): the video latent saved by "7",
+    the audio latent by "15"."""
     graph["14"] = {"class_type": "LTXVSeparateAVLatent", "inputs": {"av_latent": ["6", 0]}}
     graph["7"]["inputs"]["samples"] = ["14", 0]
+    prefix = graph["7"]["inputs"]["filename_prefix"]
     graph["15"] = {"class_type": "SaveLatent", "inputs": {"samples": ["14", 1], "filename_prefix": f"{prefix}_audio"}}
     return graph
 

@@ -11,7 +11,9 @@ run patches or hooks), with each module's own attributes. Then, read back over H
   ``gc.collect()``: every watched object is gone, and the registries still reach nothing.
 The cases: Krea-2 through ComfyUI's loader and the pack's (safetensors and GGUF), cached, caching
 off, interrupted, with the text-path reuse on and off, under TorchCompileModel, after a LoRA, and
-the Spectrum node; each other family cached, and one under the Spectrum node.
+the Spectrum node; each other family cached (those with tests of their own, ``FamilySpec.own_tests``,
+on the graph their own module builds: LTXV's conditioning, MiniMax H3's latent split into video and
+audio; Chroma at 2 steps, each of its calls being slow), Wan and MiniMax H3 under the Spectrum node.
 """
 
 from __future__ import annotations
@@ -31,10 +33,16 @@ from helpers import OFF
 from krea2_gguf_files import write_krea2_gguf
 from krea2_prompts import TINY_MODEL, with_forecast, with_lora
 from krea2_synthetic import native_state_dict
+from test_families_ltx2_comfyui import with_av_latent
+from test_families_ltxv_comfyui import with_ltxv_conditioning
+from test_families_minimax_comfyui import with_separate_av
 
 pytestmark = pytest.mark.comfyui
 
 WATCH = "40"
+KREA2 = "krea2"
+# Families with no case of their own, and the family whose case runs their class.
+SAME_CLASS = {"hunyuan_image21": "hunyuan_video15"}
 LORA = "krea2_release_lora.safetensors"
 GGUF = "krea2_release-Q8_0.gguf"
 PACK_LOADER = "Krea2DiffusersLoader"
@@ -96,11 +104,24 @@ def graph(family: str, cache: dict | None = None, steps: int = STEPS, cfg: float
 
 
 def spectrum(family: str) -> dict:
-    return with_forecast(graph(family, cache={}, steps=8))   # its preset forecasts 3 of 8 steps
+    return with_forecast(own_graph(family, cache={}, steps=8))   # its preset forecasts 3 of 8 steps
+
+
+# What the graph of a family with tests of its own needs beyond ``family_prompt``'s, as its module builds it.
+OWN_GRAPH = {"ltxv": with_ltxv_conditioning, "minimax_h3": with_separate_av, "ltx2": with_av_latent}
+# The session fixture whose server holds a family's checkpoint (``family_server`` when not here).
+SERVERS = {KREA2: "comfy_server", "chroma": "chroma_server", "ltxv": "ltxv_server",
+           "hunyuan_video15": "hunyuan_video15_server", "minimax_h3": "minimax_server", "ltx2": "ltx2_server"}
+OWN_STEPS = {"chroma": 2}   # each Chroma call recomputes its 5120-wide modulation table: the fewest steps
+
+
+def own_graph(family: str, **kwargs) -> dict:
+    adjust = OWN_GRAPH.get(family)
+    built = graph(family, **kwargs)
+    return adjust(built) if adjust else built
 
 
 # case -> (family, the prompt, whether it is interrupted, whether steps are cached or forecast)
-KREA2 = "krea2"
 DIFFUSERS, GGUF_LOADER = pack_loader(TINY_MODEL), pack_loader(GGUF)
 CASES = {
     "krea2 native cached": (KREA2, lambda: graph(KREA2), False, True),
@@ -119,7 +140,19 @@ CASES = {
     **{f"{family} cached": (family, functools.partial(graph, family, cfg=1.0), False, True)
        for family in SHARED if family != KREA2},
     "wan Spectrum": ("wan", lambda: spectrum("wan"), False, True),
+    # The families with tests of their own (HunyuanImage 2.1 is HunyuanVideo 1.5's class), in one stream.
+    **{f"{family} cached": (family, functools.partial(own_graph, family, cfg=1.0, steps=OWN_STEPS.get(family, STEPS)),
+                            False, True)
+       for family, spec in FAMILIES.items() if spec.own_tests and family not in SAME_CLASS},
+    # Spectrum's final-layer forecast on the one packed sequence both of MiniMax H3's outputs read, split CFG.
+    "minimax_h3 Spectrum": ("minimax_h3", lambda: spectrum("minimax_h3"), False, True),
 }
+
+
+def test_every_family_has_a_case():
+    covered = {family for family, *_ in CASES.values()}
+    assert covered | set(SAME_CLASS) == set(FAMILIES) and set(SAME_CLASS.values()) <= covered, (
+        "every family needs a cached case in CASES (tests/test_model_release_comfyui.py)")
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +168,7 @@ def server(request, comfy_root, case):
     family = CASES[case][0]
     if family == KREA2:
         request.getfixturevalue("krea2_files")
-        return request.getfixturevalue("comfy_server")
-    return request.getfixturevalue("family_server")
+    return request.getfixturevalue(SERVERS.get(family, "family_server"))
 
 
 def watch_report(server, label: str = "", collect: bool = False) -> dict:
