@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from family_prompts import CHROMA, FLUX
+from family_prompts import CHROMA, FLUX, HUNYUAN
 
 HF = "https://huggingface.co"
 WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
+HUNYUAN15 = "Comfy-Org/HunyuanVideo_1.5_repackaged"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,4 +143,18 @@ FAMILY_TEMPLATES = {
                   "run is its own: the high-noise run's 10 steps, then the low-noise run's 10). "
                   + NO_FIGURES.format(model="Wan 2.2")),
         low_noise_stand_in="wan_low"),
+    "hunyuan_video15_t2v_compare.json": FamilyTemplate(
+        title="HunyuanVideo 1.5 T2V 720p", family=HUNYUAN, stand_in="hunyuan_video15", vae="hunyuan_video15",
+        model=split_file(HUNYUAN15, "diffusion_models", "hunyuanvideo1.5_720p_t2v_fp16.safetensors"),
+        text_encoders=(split_file(HUNYUAN15, "text_encoders", "qwen_2.5_vl_7b_fp8_scaled.safetensors"),
+                       split_file(HUNYUAN15, "text_encoders", "byt5_small_glyphxl_fp16.safetensors")),
+        clip_type="hunyuan_video_15",
+        vae_file=split_file(HUNYUAN15, "vae", "hunyuanvideo15_vae_fp16.safetensors"),
+        steps=20, cfg=6.0, shift=("ModelSamplingSD3", 7.0), negative="",
+        latent="EmptyHunyuanVideo15Latent", latent_size={"width": 848, "height": 480, "length": 121},
+        recipe=("Comfy-Org's HunyuanVideo 1.5 720p text-to-video template: 20 steps, CFG 6, euler, simple, shift 7, "
+                "an empty negative prompt, 848x480 and 121 frames (its template samples them with "
+                "SamplerCustomAdvanced; here a KSampler). Each frame is saved as an image; for a video file, add "
+                "CreateVideo and SaveVideo after a VAE Decode."),
+        evidence=NO_FIGURES.format(model="HunyuanVideo 1.5")),
 }

@@ -91,17 +91,40 @@ if z_channels == 32:  # Flux.2: a post-quant conv, and the batch norm over 2x2 p
                   "bn.running_mean": torch.zeros(128), "bn.running_var": torch.ones(128)})
 save_file(state, sys.argv[1])
 """
+# A tiny video autoencoder (TAEHV) of the latent width given: ComfyUI builds the real HunyuanVideo 1.5 and LTXV
+# VAEs at their full widths, but detects a TAEHV by its keys and picks the kind by the latent width: 32 channels
+# the HunyuanVideo 1.5 one (16x smaller, 4x fewer frames), 128 the one for LTX latents (32x smaller, 8x fewer
+# frames), each decoding one latent frame to one 64x64 image. Its widths are fixed (22 MB in fp16).
+TINY_TAEHV_SCRIPT = """
+import sys, torch
+from comfy.cli_args import args
+args.cpu = True
+from comfy.taesd.taehv import TAEHV
+from safetensors.torch import save_file
+
+vae = TAEHV(latent_channels=int(sys.argv[2]))
+generator = torch.Generator().manual_seed(0)
+
+def init(name, tensor):
+    if name.endswith("bias"):
+        return torch.zeros_like(tensor)
+    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
+
+save_file({name: init(name, t).to(torch.float16).contiguous() for name, t in vae.state_dict().items()}, sys.argv[1])
+"""
 # What stands in for each VAE an example loads: (file name, script that writes it, its arguments).
 TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT, []),
              "flux": ("krea2_test_flux_vae.safetensors", TINY_FLUX_VAE_SCRIPT, []),
-             "flux2": ("krea2_test_flux2_vae.safetensors", TINY_FLUX_VAE_SCRIPT, ["32"])}
+             "flux2": ("krea2_test_flux2_vae.safetensors", TINY_FLUX_VAE_SCRIPT, ["32"]),
+             "hunyuan_video15": ("krea2_test_taehv15_vae.safetensors", TINY_TAEHV_SCRIPT, ["32"]),
+             "ltxv": ("krea2_test_taehv_ltx_vae.safetensors", TINY_TAEHV_SCRIPT, ["128"])}
 
 
 def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str:
     """A random VAE of ``kind`` (``TINY_VAES``) in ``base_dir``'s models/vae; returns its name.
 
     "wan21": the Wan 2.1 VAE (Krea-2's; base width 8, not 96); "flux": the Flux VAE (Z-Image's; decoder width 32);
-    "flux2": the Flux.2 VAE (decoder width 32).
+    "flux2": the Flux.2 VAE (decoder width 32); "hunyuan_video15" and "ltxv": a TAEHV for their latents.
     """
     name, script, args = TINY_VAES[kind]
     target = base_dir / "models" / "vae" / name
@@ -110,6 +133,10 @@ def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str
         subprocess.run([comfyui_python(comfy_root), "-c", script, str(target), *args], cwd=comfy_root,
                        check=True, capture_output=True, timeout=120)
     return name
+
+
+# The loaders of a diffusion model, by the input naming its file: each gets the stand-in's file instead.
+MODEL_LOADERS = {"UNETLoader": "unet_name", "Krea2DiffusersLoader": "model_name", "CheckpointLoaderSimple": "ckpt_name"}
 
 
 def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
@@ -123,8 +150,8 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
     encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in ("CLIPLoader", "DualCLIPLoader")]
     for node_id, node in prompt.items():
         kind, inputs = node["class_type"], node["inputs"]
-        if kind in ("UNETLoader", "Krea2DiffusersLoader"):
-            name = "unet_name" if kind == "UNETLoader" else "model_name"
+        if kind in MODEL_LOADERS:
+            name = MODEL_LOADERS[kind]
             inputs[name] = models[inputs[name]] if models else model
         elif kind == "VAELoader":
             inputs["vae_name"] = vae_name
@@ -134,7 +161,7 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
         elif kind in ("EmptyLatentImage", "EmptySD3LatentImage", "EmptyFlux2LatentImage"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
-        elif kind == "EmptyHunyuanLatentVideo":
+        elif kind in ("EmptyHunyuanLatentVideo", "EmptyHunyuanVideo15Latent", "EmptyLTXVLatentVideo"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=1)
         elif kind == "KSampler" and steps is not None:
             inputs["steps"] = steps

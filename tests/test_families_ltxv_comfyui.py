@@ -1,6 +1,6 @@
 """LTXV through CacheDiTDBCache and CacheDiTSpectrum in the real server, with ComfyUI's own LTXV nodes.
 
-The checkpoint (4 blocks 128 wide, written only when one of these tests runs: ``ltxv_server``) samples
+The checkpoint (4 blocks 128 wide, written only when a test asks for ``ltxv_server``) samples
 a 9-frame 64x64 video from ``EmptyLTXVLatentVideo`` with the conditioning through ``LTXVConditioning``
 (its frame rate), at 4 steps. What LTXV's loop makes its own, or every family must show on its model:
 
@@ -40,18 +40,6 @@ MASK_CACHED = [2]   # cache-dit's "fast" mask for 4 steps: 1 1 0 1
 SEED = 91
 # The weights the test LoRA changes, in LTXV's native names: each block's self-attention and MLP outputs.
 LORA_LAYERS = [f"transformer_blocks.{block}.{layer}" for block in range(4) for layer in ("attn1.to_out.0", "ff.net.2")]
-
-
-@pytest.fixture(scope="module")
-def ltxv_server(comfy_root, family_server):
-    """``family_server`` with the tiny LTXV checkpoint, written the first time a test here asks for it."""
-    from comfy_models import FAMILY_MODELS, make_family_checkpoint
-    from conftest import family_checkpoint_seed
-
-    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[FAMILY]
-    if not path.exists():
-        make_family_checkpoint(comfy_root, FAMILY, path, seed=family_checkpoint_seed(FAMILY))
-    return family_server
 
 
 def with_ltxv_conditioning(graph: dict, frame_rate: float = 25.0) -> dict:
