@@ -7,6 +7,9 @@ checks the written file against the entry (files and links, recipe, CLIP type, c
 the family's tiny stand-in (``stand_in``: a spec of ``devkit/family_prompts.py``; ``vae``: a stand-in of
 ``tests/example_stand_ins.py``). Adding a family's template: one entry here, then rerun the tool.
 
+A model in ``checkpoints`` (LTX-Video's) is loaded by CheckpointLoaderSimple, whose VAE decodes (``vae_file`` None);
+``conditioning`` places a node such as LTXVConditioning between the prompts and the samplers.
+
 A model split in two experts (Wan 2.2 A14B: ``low_noise``) gets a loader, a shift and a cache node per expert, and
 two KSamplerAdvanced per branch: the high-noise one from step 0 to ``split_step``, the low-noise one from there on.
 """
@@ -34,6 +37,12 @@ def split_file(repo: str, directory: str, name: str) -> ModelFile:
     return ModelFile(name, directory, f"{HF}/{repo}/resolve/main/split_files/{directory}/{name}")
 
 
+# The loader of a diffusion model's file, by its folder: (node, the input naming the file, its other widgets). A
+# checkpoint holds the VAE too: its template loads none apart (``vae_file`` None) and decodes with the checkpoint's.
+LOADERS = {"diffusion_models": ("UNETLoader", "unet_name", {"weight_dtype": "default"}),
+           "checkpoints": ("CheckpointLoaderSimple", "ckpt_name", {})}
+
+
 @dataclasses.dataclass(frozen=True)
 class FamilyTemplate:
     title: str                       # the model's name in the note, e.g. "Flux.1 dev"
@@ -43,7 +52,7 @@ class FamilyTemplate:
     model: ModelFile
     text_encoders: tuple[ModelFile, ...]   # one: CLIPLoader; two: DualCLIPLoader
     clip_type: str
-    vae_file: ModelFile
+    vae_file: ModelFile | None       # None: the VAE of the model's checkpoint (a model in ``checkpoints``)
     steps: int
     cfg: float
     sampler: str = "euler"
@@ -52,6 +61,9 @@ class FamilyTemplate:
     shift: tuple[str, float] | None = None   # (ModelSampling node, its shift), placed before the cache node
     guidance: float | None = None            # FluxGuidance on the positive prompt
     negative: str | None = None              # None: ConditioningZeroOut of the positive (CFG 1)
+    prompt: str = ""                         # the positive prompt when not the one every template shares
+    # A node between the prompts and the samplers (positive and negative in, both out), with its widgets.
+    conditioning: tuple[str, dict] | None = None
     cache: dict = dataclasses.field(default_factory=dict)   # cache node widgets that differ from the defaults
     recipe: str = ""                 # where the sampling recipe comes from (the note says it)
     evidence: str = ""               # whose evidence the cache settings rest on (the note says it)
@@ -62,6 +74,16 @@ class FamilyTemplate:
     low_noise: ModelFile | None = None
     split_step: int | None = None
     low_noise_stand_in: str = ""
+
+    @property
+    def loader(self) -> str:
+        return LOADERS[self.model.directory][0]
+
+    @property
+    def files(self) -> tuple[ModelFile, ...]:
+        """Every file it loads, models first."""
+        return (self.model, *([self.low_noise] if self.low_noise else []), *self.text_encoders,
+                *([self.vae_file] if self.vae_file else []))
 
 
 NEGATIVE = "blurry, low quality, distorted, watermark, text"
@@ -157,4 +179,26 @@ FAMILY_TEMPLATES = {
                 "SamplerCustomAdvanced; here a KSampler). Each frame is saved as an image; for a video file, add "
                 "CreateVideo and SaveVideo after a VAE Decode."),
         evidence=NO_FIGURES.format(model="HunyuanVideo 1.5")),
+    "ltxv_t2v_compare.json": FamilyTemplate(
+        title="LTX-Video 2B 0.9", family="LTXV (ComfyUI native)", stand_in="ltxv", vae="ltxv",
+        model=ModelFile("ltx-video-2b-v0.9.safetensors", "checkpoints",
+                        f"{HF}/Lightricks/LTX-Video/resolve/main/ltx-video-2b-v0.9.safetensors"),
+        text_encoders=(ModelFile("t5xxl_fp16.safetensors", "text_encoders",
+                                 f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors"),),
+        clip_type="ltxv", vae_file=None, steps=30, cfg=3.0,
+        prompt=("A weathered lighthouse stands on a dark basalt cliff at dusk. Warm light glows in the lantern room "
+                "while long waves roll in and break white against the rocks below, spray drifting up through a soft "
+                "mist. The camera slowly pushes in from the sea toward the cliff, low over the water. The sky fades "
+                "from orange to deep blue, and the first stars appear. The scene appears to be real-life footage."),
+        negative=("low quality, worst quality, deformed, distorted, disfigured, motion smear, motion artifacts, "
+                  "fused fingers, bad anatomy, weird hand, ugly"),
+        conditioning=("LTXVConditioning", {"frame_rate": 25.0}),
+        latent="EmptyLTXVLatentVideo", latent_size={"width": 768, "height": 512, "length": 97},
+        recipe=("Comfy-Org's LTXV text-to-video template: the checkpoint with its VAE, 30 steps, CFG 3, euler, "
+                "LTXVConditioning at 25 fps, 768x512 and 97 frames. Its template samples them with SamplerCustom "
+                "and LTXVScheduler, whose shift at this size is the model's own (2.37); here a KSampler (simple), "
+                "without that scheduler's stretch of the last sigmas to 0.1. LTX-Video wants long, descriptive "
+                "prompts. Each frame is saved as an image; for a video file, add CreateVideo and SaveVideo after "
+                "a VAE Decode."),
+        evidence=NO_FIGURES.format(model="LTX-Video")),
 }

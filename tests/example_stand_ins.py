@@ -9,7 +9,7 @@ Comfy-Org files are replaced:
   family's test checkpoint (``family_prompts.FAMILIES``), and for Wan 2.2 A14B's two experts the tiny Wan pair;
 - text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader`` or
   ``DualCLIPLoader`` is dropped and each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny
-  model's width (with Flux.1's pooled vector when asked);
+  model's width (with Flux.1's pooled vector, or LTXV's attention mask, when asked);
 - VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
   base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
   exactly as it detects ``qwen_image_vae.safetensors``; or a decoder-only Flux VAE (``ae.safetensors``)
@@ -139,12 +139,30 @@ def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str
 MODEL_LOADERS = {"UNETLoader": "unet_name", "Krea2DiffusersLoader": "model_name", "CheckpointLoaderSimple": "ckpt_name"}
 
 
+def write_stand_in_checkpoint(base_dir: Path, model: str, vae_name: str) -> str:
+    """A checkpoint in ``base_dir``'s models/checkpoints of the diffusion model ``model`` and the VAE ``vae_name``
+    (both already in its models folders), under the prefixes ComfyUI reads an LTXV checkpoint's parts from
+    (``vae.``: LTXV's; most families' checkpoints hold their VAE under ``first_stage_model.``); its name."""
+    from safetensors.torch import load_file, save_file
+
+    name = f"{Path(model).stem}+{Path(vae_name).stem}.safetensors"
+    target = base_dir / "models" / "checkpoints" / name
+    if not target.exists():
+        models = base_dir / "models"
+        state = {f"model.diffusion_model.{k}": v for k, v in load_file(models / "diffusion_models" / model).items()}
+        state |= {f"vae.{k}": v for k, v in load_file(models / "vae" / vae_name).items()}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        save_file(state, target)
+    return name
+
+
 def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
-                   prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, steps: int | None = None,
-                   models: dict | None = None) -> dict:
+                   prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, attention_mask: bool = False,
+                   steps: int | None = None, models: dict | None = None) -> dict:
     """The API prompt of an example workflow, with the stand-ins above (``model``: the tiny diffusion model;
     ``models``: file the example loads -> its stand-in, for an example with more than one diffusion model (Wan 2.2
     A14B's two experts); ``pooled_features``: the width of the pooled vector its conditioning carries, Flux.1's;
+    ``attention_mask``: the conditioning carries one (LTXV's);
     ``steps``: the samplers' steps when not the example's own). A video latent gets one frame (one image a save)."""
     prompt = to_api_prompt(workflow, object_info)
     encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in ("CLIPLoader", "DualCLIPLoader")]
@@ -157,7 +175,7 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
             inputs["vae_name"] = vae_name
         elif kind == "CLIPTextEncode":
             conditioning = {"seed": int(node_id), "tokens": 8, "features": context_features,
-                            "pooled_features": pooled_features}
+                            "pooled_features": pooled_features, "attention_mask": attention_mask}
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
         elif kind in ("EmptyLatentImage", "EmptySD3LatentImage", "EmptyFlux2LatentImage"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
