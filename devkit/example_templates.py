@@ -23,6 +23,7 @@ from family_prompts import CHROMA, FLUX, HUNYUAN
 HF = "https://huggingface.co"
 WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
 HUNYUAN15 = "Comfy-Org/HunyuanVideo_1.5_repackaged"
+MINIMAX_H3 = f"{HF}/Comfy-Org/MiniMax-H3/resolve/main"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +69,8 @@ class FamilyTemplate:
     recipe: str = ""                 # where the sampling recipe comes from (the note says it)
     evidence: str = ""               # whose evidence the cache settings rest on (the note says it)
     stand_in_steps: int | None = None   # steps the test's stand-in samples when not the template's (slow calls)
-    latent_size: dict = dataclasses.field(default_factory=lambda: {"width": 1024, "height": 1024})  # + batch 1
+    # The latent's size (and batch 1, where the node takes a batch size)
+    latent_size: dict = dataclasses.field(default_factory=lambda: {"width": 1024, "height": 1024})
     # A second expert (Wan 2.2 A14B's low-noise model): it samples from ``split_step`` on through its own cache
     # node; ``low_noise_stand_in``: the comfy_models.FAMILY_MODELS checkpoint that stands in for it.
     low_noise: ModelFile | None = None
@@ -201,4 +203,29 @@ FAMILY_TEMPLATES = {
                 "prompts. Each frame is saved as an image; for a video file, add CreateVideo and SaveVideo after "
                 "a VAE Decode."),
         evidence=NO_FIGURES.format(model="LTX-Video")),
+    "minimax_h3_t2v_compare.json": FamilyTemplate(
+        title="MiniMax H3 (text to video and audio)", family="MiniMax H3 (ComfyUI native)", stand_in="minimax_h3",
+        vae="minimax_h3",
+        model=ModelFile("minimax_h3_fl2va_pruned_int8_convrot.safetensors", "diffusion_models",
+                        f"{MINIMAX_H3}/diffusion_models/minimax_h3_fl2va_pruned_int8_convrot.safetensors"),
+        text_encoders=(ModelFile("qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", "text_encoders",
+                                 f"{MINIMAX_H3}/text_encoders/qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors"),),
+        clip_type="minimax",
+        vae_file=ModelFile("minimax_h3_video_vae_fp16.safetensors", "vae",
+                           f"{MINIMAX_H3}/vae/minimax_h3_video_vae_fp16.safetensors"),
+        steps=20, cfg=1.0, sampler="res_multistep",
+        prompt=("Realistic live-action look, dusk: a weathered lighthouse on a basalt cliff, warm light in the lantern "
+                "room, waves breaking white on the rocks below, soft mist. [0s-2.5s] A slow aerial push-in from the "
+                "sea toward the cliff. [2.5s-5s] A low shot from the rocks as a wave bursts upward. Audio: wind, the "
+                "roar and hiss of the surf, gulls far off, a low foghorn at 3s. No text, subtitles or watermarks."),
+        latent="EmptyMiniMaxH3LatentAV", latent_size={"width": 1344, "height": 768, "length": 124},
+        recipe=("Comfy-Org's MiniMax H3 text-to-video template without its Lightning LoRA: 20 steps, CFG 1 (its "
+                "BasicGuider), res_multistep, simple, 1344x768 and 124 frames (5 s at 24 fps). Its template encodes "
+                "the prompt and makes the audio-video latent in MiniMaxH3ImageToVideo, which without keyframes is "
+                "CLIPTextEncode and EmptyMiniMaxH3LatentAV, used here, with a KSampler. The audio is sampled with the "
+                "video, one packed sequence; this graph decodes and compares the video. For the sound, decode the "
+                "sampled latent with VAE Decode Audio and [minimax_h3_audio_vae_fp32.safetensors]"
+                f"({MINIMAX_H3}/vae/minimax_h3_audio_vae_fp32.safetensors) (`vae/`), then CreateVideo and SaveVideo. "
+                "Each frame is saved as an image."),
+        evidence=NO_FIGURES.format(model="MiniMax H3")),
 }

@@ -364,3 +364,9 @@ def hunyuan_video15_server(comfy_root, family_server):
     """``family_server`` with the tiny HunyuanVideo 1.5 checkpoint (its compare template; HunyuanVideo's own tests
     run on a server of their own)."""
     return family_server_with(comfy_root, family_server, "hunyuan_video15")
+
+
+@pytest.fixture(scope="session")
+def minimax_h3_server(minimax_server):
+    """``minimax_server`` under the family's key in ``FAMILIES`` (the example tests ask for ``<key>_server``)."""
+    return minimax_server

@@ -94,7 +94,8 @@ save_file(state, sys.argv[1])
 # A tiny video autoencoder (TAEHV) of the latent width given: ComfyUI builds the real HunyuanVideo 1.5 and LTXV
 # VAEs at their full widths, but detects a TAEHV by its keys and picks the kind by the latent width: 32 channels
 # the HunyuanVideo 1.5 one (16x smaller, 4x fewer frames), 128 the one for LTX latents (32x smaller, 8x fewer
-# frames), each decoding one latent frame to one 64x64 image. Its widths are fixed (22 MB in fp16).
+# frames), each decoding one latent frame to one 64x64 image; 24 MiniMax H3's video one (16x smaller: its 2
+# latent frames, the fewest, decode to 5 images). Its widths are fixed (22 MB in fp16).
 TINY_TAEHV_SCRIPT = """
 import sys, torch
 from comfy.cli_args import args
@@ -117,7 +118,8 @@ TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT, []),
              "flux": ("krea2_test_flux_vae.safetensors", TINY_FLUX_VAE_SCRIPT, []),
              "flux2": ("krea2_test_flux2_vae.safetensors", TINY_FLUX_VAE_SCRIPT, ["32"]),
              "hunyuan_video15": ("krea2_test_taehv15_vae.safetensors", TINY_TAEHV_SCRIPT, ["32"]),
-             "ltxv": ("krea2_test_taehv_ltx_vae.safetensors", TINY_TAEHV_SCRIPT, ["128"])}
+             "ltxv": ("krea2_test_taehv_ltx_vae.safetensors", TINY_TAEHV_SCRIPT, ["128"]),
+             "minimax_h3": ("krea2_test_taehv_h3_vae.safetensors", TINY_TAEHV_SCRIPT, ["24"])}
 
 
 def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str:
@@ -181,16 +183,29 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
         elif kind in ("EmptyHunyuanLatentVideo", "EmptyHunyuanVideo15Latent", "EmptyLTXVLatentVideo"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=1)
+        elif kind == "EmptyMiniMaxH3LatentAV":  # 5 frames at least: the decoded frames are cut to the first below
+            inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=5)
         elif kind == "KSampler" and steps is not None:
             inputs["steps"] = steps
         elif kind == "SaveImage":
             inputs["filename_prefix"] = f"{prefix}_{node_id}"
     for node_id in encoders:
         del prompt[node_id]
+    if any(node["class_type"] == "EmptyMiniMaxH3LatentAV" for node in prompt.values()):
+        first_frames_only(prompt)
     dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
                 if isinstance(value, list) and value[0] not in prompt]
     assert not dangling, f"inputs still wired to removed nodes: {dangling}"
     return prompt
+
+
+def first_frames_only(prompt: dict):
+    """Each VAEDecode's first frame in its place (ImageFromBatch under the decode's id, which saves and compares
+    keep): one image a save, for a latent that cannot be one frame."""
+    for node_id in [n for n, node in prompt.items() if node["class_type"] == "VAEDecode"]:
+        prompt[f"{node_id}0"] = prompt[node_id]
+        prompt[node_id] = {"class_type": "ImageFromBatch",
+                           "inputs": {"image": [f"{node_id}0", 0], "batch_index": 0, "length": 1}}
 
 
 def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str) -> dict:
@@ -261,7 +276,8 @@ def saved_images(server, prompt: dict, entry: dict) -> dict:
 
 def check_saved_images(server, prompt: dict, entry: dict):
     """Every SaveImage output exists at the test size; decoded images are not flat (NaN saves as black)."""
-    decoded = {n for n, node in prompt.items() if node["class_type"] == "VAEDecode"}
+    decoded = {n for n, node in prompt.items() if node["class_type"] == "VAEDecode"
+               or node["class_type"] == "ImageFromBatch" and prompt[node["inputs"]["image"][0]]["class_type"] == "VAEDecode"}
     for save_id, png in saved_images(server, prompt, entry).items():
         assert png.size == (TEST_SIZE, TEST_SIZE), f"image of node {save_id}"
         if prompt[save_id]["inputs"]["images"][0] in decoded:

@@ -6,7 +6,8 @@ conditioning instead of the text encoders, a tiny VAE of the example's kind, 64x
 Cache-DiT setting stay as shipped, and so do the steps but for a family whose calls are slow even when tiny
 (``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py;
 Wan 2.2 A14B's samples two experts in turn (KSamplerAdvanced), each through its own cache node; LTX-Video's loads
-a checkpoint (CheckpointLoaderSimple, its VAE decoding), here one of the tiny LTXV and its tiny VAE.
+a checkpoint (CheckpointLoaderSimple, its VAE decoding), here one of the tiny LTXV and its tiny VAE; MiniMax H3's
+audio-video latent has 5 frames at least, of which the first is saved and compared.
 """
 
 from __future__ import annotations

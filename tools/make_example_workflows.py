@@ -296,12 +296,13 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
                                                      "clip_name2": t.text_encoders[1].name,
                                                      "type": t.clip_type, "device": "default"}}
     prefix = name.removesuffix("_compare.json")
+    latent_inputs = object_info[t.latent]["input"]["required"]
     nodes = [
         {"id": 2, "pos": [40, 200], "size": [380, 130], "models": [file_ref(f) for f in t.text_encoders], **clip},
         {"id": 5, "type": "CLIPTextEncode", "title": "Positive Prompt", "pos": [460, 460], "size": [400, 180],
          "widgets": {"text": t.prompt or PROMPT}},
         {"id": 7, "type": t.latent, "pos": [460, 900], "size": [300, 110],
-         "widgets": {**t.latent_size, "batch_size": 1}},
+         "widgets": {**t.latent_size, **({"batch_size": 1} if "batch_size" in latent_inputs else {})}},
         {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
          "widgets": {"value": 42, "control_after_generate": "randomize"}},
         {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 560], "text": family_note(t)},
