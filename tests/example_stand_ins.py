@@ -126,7 +126,8 @@ def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str
     """A random VAE of ``kind`` (``TINY_VAES``) in ``base_dir``'s models/vae; returns its name.
 
     "wan21": the Wan 2.1 VAE (Krea-2's; base width 8, not 96); "flux": the Flux VAE (Z-Image's; decoder width 32);
-    "flux2": the Flux.2 VAE (decoder width 32); "hunyuan_video15" and "ltxv": a TAEHV for their latents.
+    "flux2": the Flux.2 VAE (decoder width 32); "hunyuan_video15", "ltxv" and "minimax_h3": a TAEHV for their
+    latents.
     """
     name, script, args = TINY_VAES[kind]
     target = base_dir / "models" / "vae" / name
@@ -276,9 +277,12 @@ def saved_images(server, prompt: dict, entry: dict) -> dict:
 
 def check_saved_images(server, prompt: dict, entry: dict):
     """Every SaveImage output exists at the test size; decoded images are not flat (NaN saves as black)."""
-    decoded = {n for n, node in prompt.items() if node["class_type"] == "VAEDecode"
-               or node["class_type"] == "ImageFromBatch" and prompt[node["inputs"]["image"][0]]["class_type"] == "VAEDecode"}
+    def decoded(node: dict) -> bool:  # a VAEDecode's images, or the first of them (``first_frames_only``)
+        if node["class_type"] == "ImageFromBatch":
+            node = prompt[node["inputs"]["image"][0]]
+        return node["class_type"] == "VAEDecode"
+
     for save_id, png in saved_images(server, prompt, entry).items():
         assert png.size == (TEST_SIZE, TEST_SIZE), f"image of node {save_id}"
-        if prompt[save_id]["inputs"]["images"][0] in decoded:
+        if decoded(prompt[prompt[save_id]["inputs"]["images"][0]]):
             assert any(low != high for low, high in png.getextrema()), f"flat image from node {save_id}"
