@@ -7,6 +7,9 @@ checks the written file against the entry (files and links, recipe, CLIP type, c
 the family's tiny stand-in (``stand_in``: a spec of ``devkit/family_prompts.py``; ``vae``: a stand-in of
 ``tests/example_stand_ins.py``). Adding a family's template: one entry here, then rerun the tool.
 
+A model in ``checkpoints`` (LTX-Video's) is loaded by CheckpointLoaderSimple, whose VAE decodes (``vae_file`` None);
+``conditioning`` places a node such as LTXVConditioning between the prompts and the samplers.
+
 A model split in two experts (Wan 2.2 A14B: ``low_noise``) gets a loader, a shift and a cache node per expert, and
 two KSamplerAdvanced per branch: the high-noise one from step 0 to ``split_step``, the low-noise one from there on.
 """
@@ -15,10 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from family_prompts import CHROMA, FLUX
+from family_prompts import CHROMA, FLUX, HUNYUAN
 
 HF = "https://huggingface.co"
 WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
+HUNYUAN15 = "Comfy-Org/HunyuanVideo_1.5_repackaged"
+MINIMAX_H3 = f"{HF}/Comfy-Org/MiniMax-H3/resolve/main"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +38,12 @@ def split_file(repo: str, directory: str, name: str) -> ModelFile:
     return ModelFile(name, directory, f"{HF}/{repo}/resolve/main/split_files/{directory}/{name}")
 
 
+# The loader of a diffusion model's file, by its folder: (node, the input naming the file, its other widgets). A
+# checkpoint holds the VAE too: its template loads none apart (``vae_file`` None) and decodes with the checkpoint's.
+LOADERS = {"diffusion_models": ("UNETLoader", "unet_name", {"weight_dtype": "default"}),
+           "checkpoints": ("CheckpointLoaderSimple", "ckpt_name", {})}
+
+
 @dataclasses.dataclass(frozen=True)
 class FamilyTemplate:
     title: str                       # the model's name in the note, e.g. "Flux.1 dev"
@@ -42,7 +53,7 @@ class FamilyTemplate:
     model: ModelFile
     text_encoders: tuple[ModelFile, ...]   # one: CLIPLoader; two: DualCLIPLoader
     clip_type: str
-    vae_file: ModelFile
+    vae_file: ModelFile | None       # None: the VAE of the model's checkpoint (a model in ``checkpoints``)
     steps: int
     cfg: float
     sampler: str = "euler"
@@ -51,16 +62,30 @@ class FamilyTemplate:
     shift: tuple[str, float] | None = None   # (ModelSampling node, its shift), placed before the cache node
     guidance: float | None = None            # FluxGuidance on the positive prompt
     negative: str | None = None              # None: ConditioningZeroOut of the positive (CFG 1)
+    prompt: str = ""                         # the positive prompt when not the one every template shares
+    # A node between the prompts and the samplers (positive and negative in, both out), with its widgets.
+    conditioning: tuple[str, dict] | None = None
     cache: dict = dataclasses.field(default_factory=dict)   # cache node widgets that differ from the defaults
     recipe: str = ""                 # where the sampling recipe comes from (the note says it)
     evidence: str = ""               # whose evidence the cache settings rest on (the note says it)
     stand_in_steps: int | None = None   # steps the test's stand-in samples when not the template's (slow calls)
-    latent_size: dict = dataclasses.field(default_factory=lambda: {"width": 1024, "height": 1024})  # + batch 1
+    # The latent's size (and batch 1, where the node takes a batch size)
+    latent_size: dict = dataclasses.field(default_factory=lambda: {"width": 1024, "height": 1024})
     # A second expert (Wan 2.2 A14B's low-noise model): it samples from ``split_step`` on through its own cache
     # node; ``low_noise_stand_in``: the comfy_models.FAMILY_MODELS checkpoint that stands in for it.
     low_noise: ModelFile | None = None
     split_step: int | None = None
     low_noise_stand_in: str = ""
+
+    @property
+    def loader(self) -> str:
+        return LOADERS[self.model.directory][0]
+
+    @property
+    def files(self) -> tuple[ModelFile, ...]:
+        """Every file it loads, models first."""
+        return (self.model, *([self.low_noise] if self.low_noise else []), *self.text_encoders,
+                *([self.vae_file] if self.vae_file else []))
 
 
 NEGATIVE = "blurry, low quality, distorted, watermark, text"
@@ -142,4 +167,65 @@ FAMILY_TEMPLATES = {
                   "run is its own: the high-noise run's 10 steps, then the low-noise run's 10). "
                   + NO_FIGURES.format(model="Wan 2.2")),
         low_noise_stand_in="wan_low"),
+    "hunyuan_video15_t2v_compare.json": FamilyTemplate(
+        title="HunyuanVideo 1.5 T2V 720p", family=HUNYUAN, stand_in="hunyuan_video15", vae="hunyuan_video15",
+        model=split_file(HUNYUAN15, "diffusion_models", "hunyuanvideo1.5_720p_t2v_fp16.safetensors"),
+        text_encoders=(split_file(HUNYUAN15, "text_encoders", "qwen_2.5_vl_7b_fp8_scaled.safetensors"),
+                       split_file(HUNYUAN15, "text_encoders", "byt5_small_glyphxl_fp16.safetensors")),
+        clip_type="hunyuan_video_15",
+        vae_file=split_file(HUNYUAN15, "vae", "hunyuanvideo15_vae_fp16.safetensors"),
+        steps=20, cfg=6.0, shift=("ModelSamplingSD3", 7.0), negative="",
+        latent="EmptyHunyuanVideo15Latent", latent_size={"width": 848, "height": 480, "length": 121},
+        recipe=("Comfy-Org's HunyuanVideo 1.5 720p text-to-video template: 20 steps, CFG 6, euler, simple, shift 7, "
+                "an empty negative prompt, 848x480 and 121 frames (its template samples them with "
+                "SamplerCustomAdvanced; here a KSampler). Each frame is saved as an image; for a video file, add "
+                "CreateVideo and SaveVideo after a VAE Decode."),
+        evidence=NO_FIGURES.format(model="HunyuanVideo 1.5")),
+    "ltxv_t2v_compare.json": FamilyTemplate(
+        title="LTX-Video 2B 0.9", family="LTXV (ComfyUI native)", stand_in="ltxv", vae="ltxv",
+        model=ModelFile("ltx-video-2b-v0.9.safetensors", "checkpoints",
+                        f"{HF}/Lightricks/LTX-Video/resolve/main/ltx-video-2b-v0.9.safetensors"),
+        text_encoders=(ModelFile("t5xxl_fp16.safetensors", "text_encoders",
+                                 f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors"),),
+        clip_type="ltxv", vae_file=None, steps=30, cfg=3.0,
+        prompt=("A weathered lighthouse stands on a dark basalt cliff at dusk. Warm light glows in the lantern room "
+                "while long waves roll in and break white against the rocks below, spray drifting up through a soft "
+                "mist. The camera slowly pushes in from the sea toward the cliff, low over the water. The sky fades "
+                "from orange to deep blue, and the first stars appear. The scene appears to be real-life footage."),
+        negative=("low quality, worst quality, deformed, distorted, disfigured, motion smear, motion artifacts, "
+                  "fused fingers, bad anatomy, weird hand, ugly"),
+        conditioning=("LTXVConditioning", {"frame_rate": 25.0}),
+        latent="EmptyLTXVLatentVideo", latent_size={"width": 768, "height": 512, "length": 97},
+        recipe=("Comfy-Org's LTXV text-to-video template: the checkpoint with its VAE, 30 steps, CFG 3, euler, "
+                "LTXVConditioning at 25 fps, 768x512 and 97 frames. Its template samples them with SamplerCustom "
+                "and LTXVScheduler, whose shift at this size is the model's own (2.37); here a KSampler (simple), "
+                "without that scheduler's stretch of the last sigmas to 0.1. LTX-Video wants long, descriptive "
+                "prompts. Each frame is saved as an image; for a video file, add CreateVideo and SaveVideo after "
+                "a VAE Decode."),
+        evidence=NO_FIGURES.format(model="LTX-Video")),
+    "minimax_h3_t2v_compare.json": FamilyTemplate(
+        title="MiniMax H3 (text to video and audio)", family="MiniMax H3 (ComfyUI native)", stand_in="minimax_h3",
+        vae="minimax_h3",
+        model=ModelFile("minimax_h3_fl2va_pruned_int8_convrot.safetensors", "diffusion_models",
+                        f"{MINIMAX_H3}/diffusion_models/minimax_h3_fl2va_pruned_int8_convrot.safetensors"),
+        text_encoders=(ModelFile("qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors", "text_encoders",
+                                 f"{MINIMAX_H3}/text_encoders/qwen3vl_32b_minimax_h3_nvfp4_awq.safetensors"),),
+        clip_type="minimax",
+        vae_file=ModelFile("minimax_h3_video_vae_fp16.safetensors", "vae",
+                           f"{MINIMAX_H3}/vae/minimax_h3_video_vae_fp16.safetensors"),
+        steps=20, cfg=1.0, sampler="res_multistep",
+        prompt=("Realistic live-action look, dusk: a weathered lighthouse on a basalt cliff, warm light in the lantern "
+                "room, waves breaking white on the rocks below, soft mist. [0s-2.5s] A slow aerial push-in from the "
+                "sea toward the cliff. [2.5s-5s] A low shot from the rocks as a wave bursts upward. Audio: wind, the "
+                "roar and hiss of the surf, gulls far off, a low foghorn at 3s. No text, subtitles or watermarks."),
+        latent="EmptyMiniMaxH3LatentAV", latent_size={"width": 1344, "height": 768, "length": 124},
+        recipe=("Comfy-Org's MiniMax H3 text-to-video template without its Lightning LoRA: 20 steps, CFG 1 (its "
+                "BasicGuider), res_multistep, simple, 1344x768 and 124 frames (5 s at 24 fps). Its template encodes "
+                "the prompt and makes the audio-video latent in MiniMaxH3ImageToVideo, which without keyframes is "
+                "CLIPTextEncode and EmptyMiniMaxH3LatentAV, used here, with a KSampler. The audio is sampled with the "
+                "video, one packed sequence; this graph decodes and compares the video. For the sound, decode the "
+                "sampled latent with VAE Decode Audio and [minimax_h3_audio_vae_fp32.safetensors]"
+                f"({MINIMAX_H3}/vae/minimax_h3_audio_vae_fp32.safetensors) (`vae/`), then CreateVideo and SaveVideo. "
+                "Each frame is saved as an image."),
+        evidence=NO_FIGURES.format(model="MiniMax H3")),
 }

@@ -35,6 +35,8 @@ class FamilySpec:
     # every family): "" when the shared checks run on it. For a family whose every model call is costly
     # even when shallow, its own file runs what is the family's own, at the fewest steps that show it.
     own_tests: str = ""
+    # Its text encoder gives the conditioning an attention mask, which the model takes as an argument (LTXV's T5).
+    attention_mask: bool = False
 
     @property
     def block_lists(self) -> tuple[tuple[str | None, int], ...]:
@@ -73,7 +75,7 @@ FAMILIES = {
     # the caption projection taking 4096; its own tests, with ComfyUI's LTXV nodes.
     "ltxv": FamilySpec(FAMILY_MODELS["ltxv"], "LTXV (ComfyUI native)", 4, 4096, {
         "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},
-        own_tests="test_families_ltxv_comfyui.py"),
+        own_tests="test_families_ltxv_comfyui.py", attention_mask=True),
     # HunyuanVideo 1.5 t2v (3 double blocks, no single ones, as the real 54 + 0) on a 5-frame 64x64 video latent
     # (32 channels, 2x4x4 tokens), and HunyuanImage 2.1 (2 double + 2 single) on a 128x128 image (4x4 tokens
     # of 64 channels). ComfyUI's HunyuanVideo conds read a pooled vector, which the model ignores without
@@ -100,6 +102,8 @@ def family_prompt(family: str, *, cache: dict | None = None, node: str | None = 
         prompt[cond]["inputs"]["features"] = spec.context_features
         if spec.pooled_features:
             prompt[cond]["inputs"]["pooled_features"] = spec.pooled_features
+        if spec.attention_mask:
+            prompt[cond]["inputs"]["attention_mask"] = True
     if spec.latent is not None:
         prompt["4"] = {"class_type": spec.latent["class_type"], "inputs": dict(spec.latent["inputs"])}
     if cache is not None:

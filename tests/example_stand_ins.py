@@ -9,7 +9,7 @@ Comfy-Org files are replaced:
   family's test checkpoint (``family_prompts.FAMILIES``), and for Wan 2.2 A14B's two experts the tiny Wan pair;
 - text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader`` or
   ``DualCLIPLoader`` is dropped and each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny
-  model's width (with Flux.1's pooled vector when asked);
+  model's width (with Flux.1's pooled vector, or LTXV's attention mask, when asked);
 - VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
   base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
   exactly as it detects ``qwen_image_vae.safetensors``; or a decoder-only Flux VAE (``ae.safetensors``)
@@ -91,17 +91,43 @@ if z_channels == 32:  # Flux.2: a post-quant conv, and the batch norm over 2x2 p
                   "bn.running_mean": torch.zeros(128), "bn.running_var": torch.ones(128)})
 save_file(state, sys.argv[1])
 """
+# A tiny video autoencoder (TAEHV) of the latent width given: ComfyUI builds the real HunyuanVideo 1.5 and LTXV
+# VAEs at their full widths, but detects a TAEHV by its keys and picks the kind by the latent width: 32 channels
+# the HunyuanVideo 1.5 one (16x smaller, 4x fewer frames), 128 the one for LTX latents (32x smaller, 8x fewer
+# frames), each decoding one latent frame to one 64x64 image; 24 MiniMax H3's video one (16x smaller: its 2
+# latent frames, the fewest, decode to 5 images). Its widths are fixed (22 MB in fp16).
+TINY_TAEHV_SCRIPT = """
+import sys, torch
+from comfy.cli_args import args
+args.cpu = True
+from comfy.taesd.taehv import TAEHV
+from safetensors.torch import save_file
+
+vae = TAEHV(latent_channels=int(sys.argv[2]))
+generator = torch.Generator().manual_seed(0)
+
+def init(name, tensor):
+    if name.endswith("bias"):
+        return torch.zeros_like(tensor)
+    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
+
+save_file({name: init(name, t).to(torch.float16).contiguous() for name, t in vae.state_dict().items()}, sys.argv[1])
+"""
 # What stands in for each VAE an example loads: (file name, script that writes it, its arguments).
 TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT, []),
              "flux": ("krea2_test_flux_vae.safetensors", TINY_FLUX_VAE_SCRIPT, []),
-             "flux2": ("krea2_test_flux2_vae.safetensors", TINY_FLUX_VAE_SCRIPT, ["32"])}
+             "flux2": ("krea2_test_flux2_vae.safetensors", TINY_FLUX_VAE_SCRIPT, ["32"]),
+             "hunyuan_video15": ("krea2_test_taehv15_vae.safetensors", TINY_TAEHV_SCRIPT, ["32"]),
+             "ltxv": ("krea2_test_taehv_ltx_vae.safetensors", TINY_TAEHV_SCRIPT, ["128"]),
+             "minimax_h3": ("krea2_test_taehv_h3_vae.safetensors", TINY_TAEHV_SCRIPT, ["24"])}
 
 
 def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str:
     """A random VAE of ``kind`` (``TINY_VAES``) in ``base_dir``'s models/vae; returns its name.
 
     "wan21": the Wan 2.1 VAE (Krea-2's; base width 8, not 96); "flux": the Flux VAE (Z-Image's; decoder width 32);
-    "flux2": the Flux.2 VAE (decoder width 32).
+    "flux2": the Flux.2 VAE (decoder width 32); "hunyuan_video15", "ltxv" and "minimax_h3": a TAEHV for their
+    latents.
     """
     name, script, args = TINY_VAES[kind]
     target = base_dir / "models" / "vae" / name
@@ -112,40 +138,75 @@ def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str
     return name
 
 
+# The loaders of a diffusion model, by the input naming its file: each gets the stand-in's file instead.
+MODEL_LOADERS = {"UNETLoader": "unet_name", "Krea2DiffusersLoader": "model_name", "CheckpointLoaderSimple": "ckpt_name"}
+
+
+def write_stand_in_checkpoint(base_dir: Path, model: str, vae_name: str) -> str:
+    """A checkpoint in ``base_dir``'s models/checkpoints of the diffusion model ``model`` and the VAE ``vae_name``
+    (both already in its models folders), under the prefixes ComfyUI reads an LTXV checkpoint's parts from
+    (``vae.``: LTXV's; most families' checkpoints hold their VAE under ``first_stage_model.``); its name."""
+    from safetensors.torch import load_file, save_file
+
+    name = f"{Path(model).stem}+{Path(vae_name).stem}.safetensors"
+    target = base_dir / "models" / "checkpoints" / name
+    if not target.exists():
+        models = base_dir / "models"
+        state = {f"model.diffusion_model.{k}": v for k, v in load_file(models / "diffusion_models" / model).items()}
+        state |= {f"vae.{k}": v for k, v in load_file(models / "vae" / vae_name).items()}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        save_file(state, target)
+    return name
+
+
 def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
-                   prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, steps: int | None = None,
-                   models: dict | None = None) -> dict:
+                   prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, attention_mask: bool = False,
+                   steps: int | None = None, models: dict | None = None) -> dict:
     """The API prompt of an example workflow, with the stand-ins above (``model``: the tiny diffusion model;
     ``models``: file the example loads -> its stand-in, for an example with more than one diffusion model (Wan 2.2
     A14B's two experts); ``pooled_features``: the width of the pooled vector its conditioning carries, Flux.1's;
+    ``attention_mask``: the conditioning carries one (LTXV's);
     ``steps``: the samplers' steps when not the example's own). A video latent gets one frame (one image a save)."""
     prompt = to_api_prompt(workflow, object_info)
     encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in ("CLIPLoader", "DualCLIPLoader")]
     for node_id, node in prompt.items():
         kind, inputs = node["class_type"], node["inputs"]
-        if kind in ("UNETLoader", "Krea2DiffusersLoader"):
-            name = "unet_name" if kind == "UNETLoader" else "model_name"
+        if kind in MODEL_LOADERS:
+            name = MODEL_LOADERS[kind]
             inputs[name] = models[inputs[name]] if models else model
         elif kind == "VAELoader":
             inputs["vae_name"] = vae_name
         elif kind == "CLIPTextEncode":
             conditioning = {"seed": int(node_id), "tokens": 8, "features": context_features,
-                            "pooled_features": pooled_features}
+                            "pooled_features": pooled_features, "attention_mask": attention_mask}
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
         elif kind in ("EmptyLatentImage", "EmptySD3LatentImage", "EmptyFlux2LatentImage"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
-        elif kind == "EmptyHunyuanLatentVideo":
+        elif kind in ("EmptyHunyuanLatentVideo", "EmptyHunyuanVideo15Latent", "EmptyLTXVLatentVideo"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=1)
+        elif kind == "EmptyMiniMaxH3LatentAV":  # 5 frames at least: the decoded frames are cut to the first below
+            inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=5)
         elif kind == "KSampler" and steps is not None:
             inputs["steps"] = steps
         elif kind == "SaveImage":
             inputs["filename_prefix"] = f"{prefix}_{node_id}"
     for node_id in encoders:
         del prompt[node_id]
+    if any(node["class_type"] == "EmptyMiniMaxH3LatentAV" for node in prompt.values()):
+        first_frames_only(prompt)
     dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
                 if isinstance(value, list) and value[0] not in prompt]
     assert not dangling, f"inputs still wired to removed nodes: {dangling}"
     return prompt
+
+
+def first_frames_only(prompt: dict):
+    """Each VAEDecode's first frame in its place (ImageFromBatch under the decode's id, which saves and compares
+    keep): one image a save, for a latent that cannot be one frame."""
+    for node_id in [n for n, node in prompt.items() if node["class_type"] == "VAEDecode"]:
+        prompt[f"{node_id}0"] = prompt[node_id]
+        prompt[node_id] = {"class_type": "ImageFromBatch",
+                           "inputs": {"image": [f"{node_id}0", 0], "batch_index": 0, "length": 1}}
 
 
 def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str) -> dict:
@@ -216,8 +277,12 @@ def saved_images(server, prompt: dict, entry: dict) -> dict:
 
 def check_saved_images(server, prompt: dict, entry: dict):
     """Every SaveImage output exists at the test size; decoded images are not flat (NaN saves as black)."""
-    decoded = {n for n, node in prompt.items() if node["class_type"] == "VAEDecode"}
+    def decoded(node: dict) -> bool:  # a VAEDecode's images, or the first of them (``first_frames_only``)
+        if node["class_type"] == "ImageFromBatch":
+            node = prompt[node["inputs"]["image"][0]]
+        return node["class_type"] == "VAEDecode"
+
     for save_id, png in saved_images(server, prompt, entry).items():
         assert png.size == (TEST_SIZE, TEST_SIZE), f"image of node {save_id}"
-        if prompt[save_id]["inputs"]["images"][0] in decoded:
+        if decoded(prompt[prompt[save_id]["inputs"]["images"][0]]):
             assert any(low != high for low, high in png.getextrema()), f"flat image from node {save_id}"

@@ -5,7 +5,9 @@ tests/example_stand_ins.py (tiny Krea-2, or the family's test checkpoint for ano
 conditioning instead of the text encoders, a tiny VAE of the example's kind, 64x64); CFG, sampler and every
 Cache-DiT setting stay as shipped, and so do the steps but for a family whose calls are slow even when tiny
 (``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py;
-Wan 2.2 A14B's samples two experts in turn (KSamplerAdvanced), each through its own cache node.
+Wan 2.2 A14B's samples two experts in turn (KSamplerAdvanced), each through its own cache node; LTX-Video's loads
+a checkpoint (CheckpointLoaderSimple, its VAE decoding), here one of the tiny LTXV and its tiny VAE; MiniMax H3's
+audio-video latent has 5 frames at least, of which the first is saved and compared.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import pytest
 from comfy_harness import PACK_DIR_NAME
 from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
 from comfy_models import FAMILY_MODELS
-from example_stand_ins import TEST_SIZE, example_prompt, run_example_nodes, saved_images, saved_rgb, write_tiny_vae
+from example_stand_ins import (TEST_SIZE, example_prompt, run_example_nodes, saved_images, saved_rgb,
+                               write_stand_in_checkpoint, write_tiny_vae)
 from example_templates import FAMILY_TEMPLATES, FamilyTemplate
 from family_prompts import FAMILIES
 from krea2_prompts import TINY_MODEL
@@ -49,7 +52,8 @@ RAW_FILES = {"krea2_raw_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_r
 ZIMAGE_FILES = {name: f"{ZIMAGE_ORG}{directory}/{name}" for name, directory in (
     ("z_image_turbo_bf16.safetensors", "diffusion_models"), ("qwen_3_4b.safetensors", "text_encoders"),
     ("ae.safetensors", "vae"))}
-MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"), ("CLIPLoader", "clip_name"),
+MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"),
+                 ("CheckpointLoaderSimple", "ckpt_name"), ("CLIPLoader", "clip_name"),
                  ("DualCLIPLoader", "clip_name1"), ("DualCLIPLoader", "clip_name2"), ("VAELoader", "vae_name")}
 CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
 # What may sit between the model loader and the cache node: the family's sampling shift.
@@ -78,18 +82,20 @@ class Example:
     experts: tuple[str, ...] = ()
     split_step: int | None = None
     stand_ins: dict = dataclasses.field(default_factory=dict)
+    conditioning: dict | None = None   # the node between the prompts and the samplers: {class_type, inputs}
 
     @classmethod
     def of(cls, t: FamilyTemplate) -> Example:
         """A family's compare template (devkit/example_templates.py), as this test expects it."""
         low = (t.low_noise,) if t.low_noise else ()
-        files = {f.name: f.url for f in (t.model, *low, *t.text_encoders, t.vae_file)}
+        files = {f.name: f.url for f in t.files}
         experts = tuple(f.name for f in (t.model, *low)) if low else ()
         stand_ins = ({t.model.name: FAMILIES[t.stand_in].model, t.low_noise.name: FAMILY_MODELS[t.low_noise_stand_in]}
                      if low else {})
         return cls(t.steps, t.cfg, t.family, files, sampler=t.sampler, scheduler=t.scheduler, clip_type=t.clip_type,
-                   cache_node="CacheDiTDBCache", stand_in=t.stand_in, vae=t.vae, cache=dict(t.cache),
-                   stand_in_steps=t.stand_in_steps, experts=experts, split_step=t.split_step, stand_ins=stand_ins)
+                   cache_node="CacheDiTDBCache", loader=t.loader, stand_in=t.stand_in, vae=t.vae, cache=dict(t.cache),
+                   stand_in_steps=t.stand_in_steps, experts=experts, split_step=t.split_step, stand_ins=stand_ins,
+                   conditioning=t.conditioning and {"class_type": t.conditioning[0], "inputs": t.conditioning[1]})
 
     def stage_steps(self) -> list[tuple[int, int]]:
         """(start, end) of the steps each expert samples, in turn; one model: all of them."""
@@ -261,6 +267,15 @@ def test_example_settings(path, object_info):
         stages.append((prompt[upstream]["inputs"].get("unet_name"), steps))
     if example.experts:  # the high-noise expert first, then the low-noise one, each its own steps
         assert sorted(stages, key=lambda stage: stage[1]) == list(zip(example.experts, example.stage_steps()))
+    if example.conditioning:  # e.g. LTXVConditioning's frame rate: both prompts through it, into every sampler
+        for sampler in samplers:
+            inputs = prompt[str(sampler["id"])]["inputs"]
+            node = prompt[inputs["positive"][0]]
+            assert inputs["negative"][0] == inputs["positive"][0]
+            assert node["class_type"] == example.conditioning["class_type"]
+            widgets = {k: v for k, v in node["inputs"].items() if not isinstance(v, list)}
+            assert widgets == example.conditioning["inputs"]
+            assert {prompt[node["inputs"][k][0]]["class_type"] for k in ("positive", "negative")} == {"CLIPTextEncode"}
 
 
 @pytest.mark.parametrize("path", COMPARE_EXAMPLES, ids=lambda p: p.stem)
@@ -332,9 +347,13 @@ def stand_in(example: Example, request) -> tuple:
 def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     example = EXPECTED[path.name]
     server, model, context_features = stand_in(example, request)
-    pooled = FAMILIES[example.stand_in].pooled_features
-    prompt = example_prompt(load(path), object_info, vae_name=write_tiny_vae(comfy_root, server.base_dir, example.vae),
-                            model=model, context_features=context_features, pooled_features=pooled,
+    spec = FAMILIES[example.stand_in]
+    vae_name = write_tiny_vae(comfy_root, server.base_dir, example.vae)
+    if example.loader == "CheckpointLoaderSimple":  # the checkpoint holds the model and its VAE
+        model = write_stand_in_checkpoint(server.base_dir, model, vae_name)
+    prompt = example_prompt(load(path), object_info, vae_name=vae_name,
+                            model=model, context_features=context_features, pooled_features=spec.pooled_features,
+                            attention_mask=spec.attention_mask,
                             prefix=f"examples/{path.stem}", steps=example.stand_in_steps, models=example.stand_ins)
     _, entry, runs = run_example_nodes(server, prompt)
     # Each cache node's record is its own run: its model's steps (an expert's share of them), in turn.

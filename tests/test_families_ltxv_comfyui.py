@@ -1,6 +1,6 @@
 """LTXV through CacheDiTDBCache and CacheDiTSpectrum in the real server, with ComfyUI's own LTXV nodes.
 
-The checkpoint (4 blocks 128 wide, written only when one of these tests runs: ``ltxv_server``) samples
+The checkpoint (4 blocks 128 wide, written only when a test asks for ``ltxv_server``) samples
 a 9-frame 64x64 video from ``EmptyLTXVLatentVideo`` with the conditioning through ``LTXVConditioning``
 (its frame rate), at 4 steps. What LTXV's loop makes its own, or every family must show on its model:
 
@@ -43,10 +43,8 @@ LORA_LAYERS = [f"transformer_blocks.{block}.{layer}" for block in range(4) for l
 
 
 def with_ltxv_conditioning(graph: dict, frame_rate: float = 25.0) -> dict:
-    """The conditioning with its attention mask (LTXV's T5 text encoder gives one; the model takes it as an
-    argument), and ComfyUI's ``LTXVConditioning`` ("9") between it and the sampler."""
-    for cond in ("2", "3"):
-        graph[cond]["inputs"]["attention_mask"] = True
+    """ComfyUI's ``LTXVConditioning`` ("9") between the conditioning (with its attention mask: ``family_prompt``
+    adds it) and the sampler."""
     graph["9"] = {"class_type": "LTXVConditioning",
                   "inputs": {"positive": ["2", 0], "negative": ["3", 0], "frame_rate": frame_rate}}
     graph["6"]["inputs"]["positive"], graph["6"]["inputs"]["negative"] = ["9", 0], ["9", 1]

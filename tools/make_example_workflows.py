@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import ComfyServer, find_comfyui  # noqa: E402
 from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs  # noqa: E402
-from example_templates import FAMILY_TEMPLATES, FamilyTemplate, ModelFile  # noqa: E402
+from example_templates import FAMILY_TEMPLATES, LOADERS, FamilyTemplate, ModelFile  # noqa: E402
 
 OUT_DIR = REPO_ROOT / "example_workflows"
 PACK_CNR_ID = "comfyui-krea2-cachedit"  # the registry id ([project].name), so the editor can offer the pack
@@ -256,8 +256,7 @@ def file_ref(file: ModelFile) -> dict:
 
 
 def family_note(t: FamilyTemplate) -> str:
-    files = [t.model, *([t.low_noise] if t.low_noise else []), *t.text_encoders, t.vae_file]
-    links = "\n".join(f"- `{f.directory}/`: [{f.name}]({f.url})" for f in files)
+    links = "\n".join(f"- `{f.directory}/`: [{f.name}]({f.url})" for f in t.files)
     changed = ", ".join(f"`{k}` {v}" for k, v in t.cache.items())
     settings = f"the node's defaults except {changed}" if changed else "the node's defaults"
     if t.low_noise:
@@ -297,19 +296,25 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
                                                      "clip_name2": t.text_encoders[1].name,
                                                      "type": t.clip_type, "device": "default"}}
     prefix = name.removesuffix("_compare.json")
+    latent_inputs = object_info[t.latent]["input"]["required"]
     nodes = [
         {"id": 2, "pos": [40, 200], "size": [380, 130], "models": [file_ref(f) for f in t.text_encoders], **clip},
-        {"id": 3, "type": "VAELoader", "pos": [40, 380], "size": [380, 60],
-         "widgets": {"vae_name": t.vae_file.name}, "models": [file_ref(t.vae_file)]},
         {"id": 5, "type": "CLIPTextEncode", "title": "Positive Prompt", "pos": [460, 460], "size": [400, 180],
-         "widgets": {"text": PROMPT}},
+         "widgets": {"text": t.prompt or PROMPT}},
         {"id": 7, "type": t.latent, "pos": [460, 900], "size": [300, 110],
-         "widgets": {**t.latent_size, "batch_size": 1}},
+         "widgets": {**t.latent_size, **({"batch_size": 1} if "batch_size" in latent_inputs else {})}},
         {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
          "widgets": {"value": 42, "control_after_generate": "randomize"}},
         {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 560], "text": family_note(t)},
     ]
     links = [(2, 0, 5, "clip")]
+    if t.vae_file is None:  # the checkpoint's VAE (its loader's third output)
+        assert t.loader == "CheckpointLoaderSimple", f"{name}: no VAE file, and {t.loader} loads no VAE"
+        vae = (1, 2)
+    else:
+        nodes.append({"id": 3, "type": "VAELoader", "pos": [40, 380], "size": [380, 60],
+                      "widgets": {"vae_name": t.vae_file.name}, "models": [file_ref(t.vae_file)]})
+        vae = (3, 0)
     if t.negative is None:
         nodes.append({"id": 6, "type": "ConditioningZeroOut", "pos": [460, 690], "size": [240, 30], "widgets": {}})
         links.append((5, 0, 6, "conditioning"))
@@ -321,8 +326,9 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
     def expert(loader: int, shift_id: int, cache: int, file: ModelFile, y: int, title: str | None) -> int:
         """Its loader, its shift (linked here) and its cache node; returns the node the model comes from (the
         loader, or the shift after it), which feeds the cache node and the uncached sampler."""
-        nodes.append({"id": loader, "type": "UNETLoader", "pos": [40, y], "size": [380, 110],
-                      "widgets": {"unet_name": file.name, "weight_dtype": "default"}, "models": [file_ref(file)],
+        loader_type, file_input, widgets = LOADERS[file.directory]
+        nodes.append({"id": loader, "type": loader_type, "pos": [40, y], "size": [380, 110],
+                      "widgets": {file_input: file.name, **widgets}, "models": [file_ref(file)],
                       **({"title": f"Load {title}"} if title else {})})
         nodes.append({"id": cache, "type": "CacheDiTDBCache", "pos": [460, y], "size": [340, 370],
                       "widgets": {**defaults, **t.cache}, **({"title": f"Cache-DiT ({title})"} if title else {})})
@@ -345,6 +351,12 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
                       "widgets": {"guidance": t.guidance}})
         links.append((5, 0, 19, "conditioning"))
         positive = 19
+    conds = [(positive, 0), (6, 0)]   # what the samplers take as positive and negative
+    if t.conditioning is not None:
+        cond_type, widgets = t.conditioning
+        nodes.append({"id": 25, "type": cond_type, "pos": [460, 820], "size": [300, 80], "widgets": widgets})
+        links += [(positive, 0, 25, "positive"), (6, 0, 25, "negative")]
+        conds = [(25, 0), (25, 1)]
 
     def sampler(node_id: int, pos: list[int], title: str, stage: str | None = None) -> dict:
         if stage is None:
@@ -361,7 +373,8 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
                             "return_with_leftover_noise": "enable" if high else "disable"}}
 
     def sampled(node: int, model: int, latent: int, seed: str) -> list[tuple]:
-        return [(model, 0, node, "model"), (positive, 0, node, "positive"), (6, 0, node, "negative"),
+        (pos, pos_slot), (neg, neg_slot) = conds
+        return [(model, 0, node, "model"), (pos, pos_slot, node, "positive"), (neg, neg_slot, node, "negative"),
                 (latent, 0, node, "latent_image"), (17, 0, node, seed)]
 
     def branch(decode: int, save: int, samplers: list[int], through_cache: bool) -> list[tuple]:
@@ -371,7 +384,7 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         for node, (model, cache) in zip(samplers, models):
             out += sampled(node, cache if through_cache else model, latent, seed)
             latent = node
-        return [*out, (latent, 0, decode, "samples"), (3, 0, decode, "vae"), (decode, 0, save, "images")]
+        return [*out, (latent, 0, decode, "samples"), (*vae, decode, "vae"), (decode, 0, save, "images")]
 
     if t.low_noise is None:
         cached, uncached = [8], [12]
@@ -398,7 +411,7 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         *branch(9, 10, cached, True), *branch(13, 14, uncached, False),
         (13, 0, 15, "reference"), (9, 0, 15, "candidate"), (15, 0, 16, "images"),
     ]
-    order = [1, 20, 2, 3, 4, 22, 5, 7, 17, 11, 6, 18, 21, 19, 8, 23, 9, 10, 12, 24, 13, 14, 15, 16]
+    order = [1, 20, 2, 3, 4, 22, 5, 7, 17, 11, 6, 18, 21, 19, 25, 8, 23, 9, 10, 12, 24, 13, 14, 15, 16]
     nodes.sort(key=lambda node: order.index(node["id"]))  # the order the editor runs and lists them in
     return build(name, nodes, links, object_info)
 
