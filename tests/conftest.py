@@ -372,29 +372,6 @@ def minimax_server(comfy_root, family_server):
     return family_server
 
 
-def family_server_with(comfy_root, family_server, family: str):
-    """``family_server`` with ``family``'s checkpoint (``FAMILY_MODELS``), written the first time a test asks."""
-    from comfy_models import FAMILY_MODELS, make_family_checkpoint
-
-    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[family]
-    if not path.exists():
-        make_family_checkpoint(comfy_root, family, path, seed=family_checkpoint_seed(family))
-    return family_server
-
-
-@pytest.fixture(scope="session")
-def ltxv_server(comfy_root, family_server):
-    """``family_server`` with the tiny LTXV checkpoint (LTXV's tests and its compare template)."""
-    return family_server_with(comfy_root, family_server, "ltxv")
-
-
-@pytest.fixture(scope="session")
-def hunyuan_video15_server(comfy_root, family_server):
-    """``family_server`` with the tiny HunyuanVideo 1.5 checkpoint (its compare template; HunyuanVideo's own tests
-    run on a server of their own)."""
-    return family_server_with(comfy_root, family_server, "hunyuan_video15")
-
-
 @pytest.fixture(scope="session")
 def minimax_h3_server(minimax_server):
     """``minimax_server`` under the family's key in ``FAMILIES`` (the example tests ask for ``<key>_server``)."""
