@@ -110,3 +110,15 @@ def check_threshold_caching(record_of: Callable[[float, str], dict], steps: int 
             assert reason == "threshold" and diff < threshold, (step, diff, threshold)
         elif reason == "threshold":
             assert diff >= threshold, (step, diff, threshold)
+
+
+def check_one_stream_per_device(record: dict, name: str, cached: list[int]):
+    """A split-CFG run of node "5" on two device copies (ComfyUI's multi-GPU CFG split): cond on "cpu", uncond on
+    "cpu:1", two modules, each caching ``cached`` as one device would."""
+    devices = {d["device"]: d for d in record["devices"]}
+    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == name
+    assert len({d["module_id"] for d in devices.values()}) == 2
+    for label, branch in (("cpu", 0), ("cpu:1", 1)):
+        assert devices[label]["cached_steps"] == cached
+        assert {tuple(entry[1]) for entry in devices[label]["call_log"]} == {(branch,)}
+    assert record["cached_steps"] == cached and record["cfg_mode"] == "split"

@@ -28,8 +28,8 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import (EASYCACHE, FAST, OFF, av_latents_and_record, check_one_list_record, check_threshold_caching,
-                     prompt_error, write_native_lora)
+from helpers import (EASYCACHE, FAST, OFF, av_latents_and_record, check_one_list_record, check_one_stream_per_device,
+                     check_threshold_caching, prompt_error, write_native_lora)
 from krea2_prompts import with_forecast, with_lora
 from test_families_compat_comfyui import insert_after_loader
 
@@ -243,12 +243,7 @@ def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(server):
     assert off["device_count"] == 2 and off["cached_steps"] == []
     assert torch.equal(off_video, plain_video) and torch.equal(off_audio, plain_audio)
     *_, record = run(server, two_devices(FAST, "ltx2_mgpu_fast"))
-    devices = {d["device"]: d for d in record["devices"]}
-    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == SPEC.name
-    for label, branch in (("cpu", 0), ("cpu:1", 1)):
-        assert devices[label]["cached_steps"] == MASK_CACHED
-        assert {tuple(entry[1]) for entry in devices[label]["call_log"]} == {(branch,)}
-    assert record["cached_steps"] == MASK_CACHED and record["cfg_mode"] == "split"
+    check_one_stream_per_device(record, SPEC.name, MASK_CACHED)
 
 
 def test_the_spectrum_node_refuses_it_naming_what_it_forecasts(server):

@@ -25,7 +25,8 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import EASYCACHE, FAST, OFF, check_threshold_caching, latent_and_record, write_native_lora
+from helpers import (EASYCACHE, FAST, OFF, check_one_stream_per_device, check_threshold_caching, latent_and_record,
+                     write_native_lora)
 from krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader
 from test_forecast_comfyui import check_every_cfg_layout
@@ -195,12 +196,7 @@ def test_two_devices_off_is_bit_identical_and_a_mask_caches_on_both(ltxv_server)
     assert off_record["device_count"] == 2 and off_record["cached_steps"] == []
     assert torch.equal(off, plain)
     _, record = latent_and_record(ltxv_server, two_device_prompt(FAST, "ltxv_mgpu_fast"))
-    devices = {d["device"]: d for d in record["devices"]}
-    assert list(devices) == ["cpu", "cpu:1"] and record["model"] == SPEC.name
-    for label, branch in (("cpu", 0), ("cpu:1", 1)):
-        assert devices[label]["cached_steps"] == MASK_CACHED
-        assert {tuple(entry[1]) for entry in devices[label]["call_log"]} == {(branch,)}
-    assert record["cached_steps"] == MASK_CACHED and record["cfg_mode"] == "split"
+    check_one_stream_per_device(record, SPEC.name, MASK_CACHED)
 
 
 def test_the_spectrum_node_forecasts_its_presets_steps_in_every_cfg_layout(ltxv_server):
