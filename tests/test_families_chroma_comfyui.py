@@ -15,11 +15,12 @@ show on its own model:
 - calls while a skip list (``skip_mmdit``) names a block computed in full, as without the node;
 - a LoRA in Chroma's native keys on both lists changes the image and the mask still caches;
 - two devices (split CFG over two copies): the mask cached in both lists on both devices;
-- the Spectrum node: its preset's steps forecast, a forecast call running no block.
+- the Spectrum node: its preset's steps forecast, a forecast call running no block;
+- threshold caching at 4 steps (warmup 2), EasyCache refused, a ``patches_replace["dit"]`` block computed
+  in full, heun at CFG 1 (each step's first evaluation served), TorchCompileModel before the node.
 
-What the shared checks show on the other families and Chroma's path does not change (heun and the
-other multi-call samplers, TorchCompileModel, EasyCache refused, threshold caching, a ``patches_replace``
-computed in full, Spectrum's CFG layouts) is left to them: docs/families.md says so.
+Spectrum's batched and split layouts, and heun's caching-off pair, are left to the other families (the
+same code path): docs/families.md says so.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import pytest
 import torch
 
 from family_prompts import FAMILIES, family_prompt
-from helpers import FAST, OFF, latent_and_record, write_native_lora
+from helpers import EASYCACHE, FAST, OFF, check_threshold_caching, latent_and_record, write_native_lora
 from krea2_prompts import with_lora
 from test_families_comfyui import blocks_seen, with_probe
+from test_families_compat_comfyui import insert_after_loader
+from test_families_sampling_comfyui import check_two_evaluation_record
 from test_forecast_comfyui import check_forecast, forecast_prompt
 
 pytestmark = pytest.mark.comfyui
@@ -168,3 +171,50 @@ def test_the_spectrum_node_forecasts_its_presets_steps(chroma_server):
                                   timeout=900)
     check_forecast(record, FAMILY, calls_per_step=1)
     assert (record["cfg_mode"], len(record["streams"])) == ("none", 1)
+
+
+def test_threshold_caching_decides_by_the_measured_change(chroma_server):
+    """4 steps, warmup 2: each step after warmup cached exactly when its measured change (the cache's, over both
+    lists) is below the threshold (``check_threshold_caching``)."""
+    check_threshold_caching(lambda threshold, label: latent_and_record(chroma_server, prompt(
+        cache={"residual_diff_threshold": threshold, "max_warmup_steps": 2}, prefix=f"chroma_thr_{label}"),
+        timeout=900)[1], steps=STEPS, warmup=2)
+
+
+def test_easycache_on_the_same_model_leaves_the_run_to_it(chroma_server):
+    alone, _ = latent_and_record(chroma_server, insert_after_loader(prompt(prefix="chroma_easy_alone"), "14",
+                                                                    EASYCACHE), timeout=900)
+    latent, record = latent_and_record(chroma_server, insert_after_loader(prompt(cache=FAST, prefix="chroma_easy"),
+                                                                          "14", EASYCACHE), timeout=900)
+    assert record["status"] == "skipped" and "EasyCache" in " ".join(record["warnings"])
+    assert torch.equal(latent, alone)
+
+
+def test_calls_with_a_block_replaced_by_index_are_computed_in_full(chroma_server, cfg_1):
+    """Chroma's loop calls a ``patches_replace["dit"]`` entry ("double_block", 1) instead of that block, which the
+    cache's wrapper of the list would run: such calls run in full, exactly as without the node."""
+    unpatched, _, _ = cfg_1   # the graph without the replacement (the attention probe changes no tensor)
+    replace = {"class_type": "Krea2TestBlockReplace", "inputs": {"kind": "double_block", "block": 1, "scale": 0.5}}
+    plain, _ = latent_and_record(chroma_server, insert_after_loader(prompt(prefix="chroma_replace_plain"), "20",
+                                                                    replace), timeout=900)
+    assert not torch.equal(plain, unpatched), "the replacement must change the result, or the check says nothing"
+    latent, record = latent_and_record(chroma_server, insert_after_loader(prompt(cache=FAST, prefix="chroma_replace"),
+                                                                          "20", replace), timeout=900)
+    assert torch.equal(latent, plain)
+    assert record["cached_steps"] == [] and record["calls"] == 0
+    assert any("patches_replace.dit" in w and "computed in full" in w for w in record["warnings"]), record["warnings"]
+
+
+def test_heun_serves_each_steps_first_evaluation(chroma_server):
+    _, record = latent_and_record(chroma_server, prompt(sampler="heun", cache=FAST, prefix="chroma_heun"), timeout=900)
+    check_two_evaluation_record(record, FAMILY, [[0]], "none", steps=STEPS, cached_steps=MASK_CACHED)
+
+
+def test_torch_compile_model_before_the_node_caches_the_same_steps(chroma_server, cfg_1):
+    reference, eager, _ = cfg_1
+    graph = insert_after_loader(prompt(cache=FAST, prefix="chroma_compiled"), "20",
+                                {"class_type": "TorchCompileModel", "inputs": {"backend": "inductor"}})
+    compiled, record = latent_and_record(chroma_server, graph, timeout=1200)
+    check_record(record, calls=STEPS, mode="none")
+    assert record["block_evals"] == eager["block_evals"]
+    assert float((compiled - reference).norm() / reference.norm()) < 1e-2
