@@ -15,7 +15,8 @@ def ordered_inputs(info: dict):
     """(name, type, options, is_widget) for each input, in the order the editor lays them out.
 
     COMBO choices come as ``[choices, opts]`` (V1 nodes) or ``["COMBO", {"options": ...}]`` (V3);
-    both end up in ``opts["options"]``.
+    both end up in ``opts["options"]``. A multi-typed input (``"FLOAT,INT"``) with a ``widgetType`` is a
+    widget of that type, as the editor shows it (LTXVEmptyLatentAudio's frame_rate).
     """
     for section in ("required", "optional"):
         for name in info.get("input_order", {}).get(section, []):
@@ -24,6 +25,8 @@ def ordered_inputs(info: dict):
             kind = spec[0]
             if isinstance(kind, list):
                 kind, opts["options"] = "COMBO", kind
+            elif opts.get("widgetType") in WIDGET_TYPES:  # a multi-typed input ("FLOAT,INT") shown as that widget
+                kind = opts["widgetType"]
             yield name, kind, opts, kind in WIDGET_TYPES and not opts.get("forceInput")
 
 

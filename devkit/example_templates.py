@@ -10,6 +10,11 @@ the family's tiny stand-in (``stand_in``: a spec of ``devkit/family_prompts.py``
 A model in ``checkpoints`` (LTX-Video's) is loaded by CheckpointLoaderSimple, whose VAE decodes (``vae_file`` None);
 ``conditioning`` places a node such as LTXVConditioning between the prompts and the samplers.
 
+An audio-video model whose audio latent is its own node (LTX-2: ``audio_latent``) gets that node, fed the audio VAE of
+the checkpoint (LTXVAudioVAELoader), joined with the video latent by LTXVConcatAVLatent before the samplers and split
+from the video by LTXVSeparateAVLatent after each; the video is decoded and compared, the audio only sampled. Its text
+encoder loader (``text_encoder_loader``) reads the checkpoint too (LTXAVTextEncoderLoader).
+
 A model split in two experts (Wan 2.2 A14B: ``low_noise``) gets a loader, a shift and a cache node per expert, and
 two KSamplerAdvanced per branch: the high-noise one from step 0 to ``split_step``, the low-noise one from there on.
 """
@@ -24,6 +29,7 @@ HF = "https://huggingface.co"
 WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
 HUNYUAN15 = "Comfy-Org/HunyuanVideo_1.5_repackaged"
 MINIMAX_H3 = f"{HF}/Comfy-Org/MiniMax-H3/resolve/main"
+LTX2 = f"{HF}/Lightricks/LTX-2/resolve/main"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +48,10 @@ def split_file(repo: str, directory: str, name: str) -> ModelFile:
 # checkpoint holds the VAE too: its template loads none apart (``vae_file`` None) and decodes with the checkpoint's.
 LOADERS = {"diffusion_models": ("UNETLoader", "unet_name", {"weight_dtype": "default"}),
            "checkpoints": ("CheckpointLoaderSimple", "ckpt_name", {})}
+
+# The text encoder loader of a template that names one (``text_encoder_loader``): the input naming its text encoder,
+# the one naming the model's checkpoint (which it reads too), and the type of text encoder it loads (no widget).
+TEXT_ENCODER_LOADERS = {"LTXAVTextEncoderLoader": ("text_encoder", "ckpt_name", "ltxv")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +86,27 @@ class FamilyTemplate:
     low_noise: ModelFile | None = None
     split_step: int | None = None
     low_noise_stand_in: str = ""
+    # The loader of the text encoder when not CLIPLoader/DualCLIPLoader (a TEXT_ENCODER_LOADERS key).
+    text_encoder_loader: str = ""
+    # An audio latent node of an audio-video model (fed the checkpoint's audio VAE), with its widgets.
+    audio_latent: tuple[str, dict] | None = None
 
     @property
     def loader(self) -> str:
         return LOADERS[self.model.directory][0]
+
+    def text_encoder_node(self) -> tuple[str, dict]:
+        """(node type, widgets) of the text encoder loader: one file CLIPLoader, two DualCLIPLoader, or the one
+        ``text_encoder_loader`` names (the file and the model's checkpoint)."""
+        if self.text_encoder_loader:
+            (encoder,) = self.text_encoders
+            encoder_input, ckpt_input, _ = TEXT_ENCODER_LOADERS[self.text_encoder_loader]
+            return self.text_encoder_loader, {encoder_input: encoder.name, ckpt_input: self.model.name,
+                                              "device": "default"}
+        if len(self.text_encoders) == 1:
+            return "CLIPLoader", {"clip_name": self.text_encoders[0].name, "type": self.clip_type, "device": "default"}
+        return "DualCLIPLoader", {"clip_name1": self.text_encoders[0].name, "clip_name2": self.text_encoders[1].name,
+                                  "type": self.clip_type, "device": "default"}
 
     @property
     def files(self) -> tuple[ModelFile, ...]:
@@ -228,4 +255,31 @@ FAMILY_TEMPLATES = {
                 f"({MINIMAX_H3}/vae/minimax_h3_audio_vae_fp32.safetensors) (`vae/`), then CreateVideo and SaveVideo. "
                 "Each frame is saved as an image."),
         evidence=NO_FIGURES.format(model="MiniMax H3")),
+    "ltx2_t2v_compare.json": FamilyTemplate(
+        title="LTX-2 19B dev (text to video and audio)", family="LTX-2 (ComfyUI native)", stand_in="ltx2", vae="ltxv",
+        model=ModelFile("ltx-2-19b-dev-fp8.safetensors", "checkpoints", f"{LTX2}/ltx-2-19b-dev-fp8.safetensors"),
+        text_encoders=(split_file("Comfy-Org/ltx-2", "text_encoders", "gemma_3_12B_it_fp4_mixed.safetensors"),),
+        text_encoder_loader="LTXAVTextEncoderLoader", clip_type="ltxv", vae_file=None,
+        steps=20, cfg=4.0, sampler="euler_ancestral",
+        prompt=("A weathered lighthouse stands on a dark basalt cliff at dusk. Warm light glows in the lantern room "
+                "while long waves roll in and break white against the rocks below, spray drifting up through a soft "
+                "mist. The camera slowly pushes in from the sea toward the cliff, low over the water. The roar and "
+                "hiss of the surf fill the air, wind gusts past, gulls cry far off, and a low foghorn sounds once. "
+                "The scene appears to be real-life footage."),
+        negative=("blurry, low quality, still frame, frames, watermark, overlay, titles, has blurbox, "
+                  "has subtitles"),
+        conditioning=("LTXVConditioning", {"frame_rate": 24.0}),
+        latent="EmptyLTXVLatentVideo", latent_size={"width": 640, "height": 352, "length": 121},
+        audio_latent=("LTXVEmptyLatentAudio", {"frames_number": 121, "frame_rate": 24.0, "batch_size": 1}),
+        recipe=("The first stage of Comfy-Org's LTX-2 text-to-video template: the checkpoint with its VAE and its "
+                "audio VAE, the Gemma 3 text encoder, 20 steps, CFG 4, euler_ancestral, LTXVConditioning at 24 fps, "
+                "121 frames (5 s) at 640x352 (its 1280x720 halved, as that stage samples it), the video latent "
+                "joined with an empty audio latent of the same length. Its template samples them with "
+                "SamplerCustomAdvanced and LTXVScheduler (a shift from the latent's size, sigmas stretched to end at "
+                "0.1); here a KSampler (simple) at the model's own shift. Left out: its second stage (the 2x spatial "
+                "latent upscaler, then 3 steps at CFG 1 with the distilled LoRA to 1280x720), its optional camera "
+                "LoRAs and the audio decode: this graph decodes and compares the video. For the sound, decode the "
+                "audio latent (LTXVSeparateAVLatent's second output) with LTXV Audio VAE Decode and the audio VAE "
+                "(LTXVAudioVAELoader), then CreateVideo at 24 fps and SaveVideo. Each frame is saved as an image."),
+        evidence=NO_FIGURES.format(model="LTX-2")),
 }

@@ -7,13 +7,14 @@ Comfy-Org files are replaced:
 - diffusion model: the tiny generated Krea-2 (native single file, ``krea2_prompts.TINY_MODEL``),
   read by ``UNETLoader`` and by ``Krea2DiffusersLoader`` alike; for another family's example, that
   family's test checkpoint (``family_prompts.FAMILIES``), and for Wan 2.2 A14B's two experts the tiny Wan pair;
-- text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader`` or
-  ``DualCLIPLoader`` is dropped and each ``CLIPTextEncode`` becomes ``Krea2TestConditioning`` of the tiny
-  model's width (with Flux.1's pooled vector, or LTXV's attention mask, when asked);
+- text encoder: Qwen3-VL-4B (and the other families' encoders) cannot shrink, so ``CLIPLoader``,
+  ``DualCLIPLoader`` or LTX-2's ``LTXAVTextEncoderLoader`` is dropped and each ``CLIPTextEncode`` becomes
+  ``Krea2TestConditioning`` of the tiny model's width (with Flux.1's pooled vector, or LTXV's attention mask, when asked);
 - VAE: a random Wan 2.1 VAE (the Qwen-Image VAE's architecture) with the smallest
   base width, built by ComfyUI's own ``WanVAE`` class so ``VAELoader`` detects it
   exactly as it detects ``qwen_image_vae.safetensors``; or a decoder-only Flux VAE (``ae.safetensors``)
-  or Flux.2 VAE (``flux2-vae.safetensors``), ``TINY_VAES``;
+  or Flux.2 VAE (``flux2-vae.safetensors``), ``TINY_VAES``; a checkpoint (LTXV's, LTX-2's) holds the tiny model
+  and its VAE (and LTX-2's narrow audio VAE, which ``LTXVEmptyLatentAudio`` reads its latent's shape from);
 - resolution: 64x64. CFG, sampler and every Cache-DiT setting stay as shipped; steps too, unless the
   test asks for fewer (``steps``).
 
@@ -113,13 +114,46 @@ def init(name, tensor):
 
 save_file({name: init(name, t).to(torch.float16).contiguous() for name, t in vae.state_dict().items()}, sys.argv[1])
 """
+# LTX-2's audio VAE, as its checkpoint holds it (``audio_vae.``, ``vocoder.``, the widths in the metadata config that
+# ComfyUI builds it from), at the real latent (8 channels, 64 mel bins: 16 latent bins, 25 latents a second) but
+# narrow (base width 8, a 32-wide vocoder): 0.2M parameters. LTXVEmptyLatentAudio reads its latent's shape from it.
+TINY_LTX2_AUDIO_VAE_SCRIPT = """
+import json, sys, torch
+from comfy.cli_args import args
+args.cpu = True
+from comfy.ldm.lightricks.vae.audio_vae import AudioVAE
+from safetensors.torch import save_file
+
+encoder = {"double_z": True, "mel_bins": 64, "z_channels": 8, "resolution": 256, "downsample_time": False,
+           "in_channels": 2, "out_ch": 2, "ch": 8, "ch_mult": [1, 2, 4], "num_res_blocks": 1, "attn_resolutions": [],
+           "dropout": 0.0, "mid_block_add_attention": False, "norm_type": "pixel", "causality_axis": "height"}
+config = {"audio_vae": {"model": {"params": {"ddconfig": encoder, "sampling_rate": 16000}},
+                        "preprocessing": {"stft": {"filter_length": 1024, "hop_length": 160}}},
+          "vocoder": {"upsample_initial_channel": 32, "resblock_kernel_sizes": [3],
+                      "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [16, 16, 8, 4, 4]}}
+vae = AudioVAE({"config": json.dumps(config)})
+generator = torch.Generator().manual_seed(0)
+
+def init(name, tensor):
+    if name.endswith("bias"):
+        return torch.zeros_like(tensor)
+    if tensor.ndim == 1:
+        return torch.ones_like(tensor)
+    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
+
+prefixes = {"autoencoder.": "audio_vae.", "vocoder.": "vocoder."}
+state = {prefixes[prefix] + name[len(prefix):]: init(name, t).contiguous() for name, t in vae.state_dict().items()
+         for prefix in prefixes if name.startswith(prefix)}
+save_file(state, sys.argv[1], metadata={"config": json.dumps(config)})
+"""
 # What stands in for each VAE an example loads: (file name, script that writes it, its arguments).
 TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT, []),
              "flux": ("krea2_test_flux_vae.safetensors", TINY_FLUX_VAE_SCRIPT, []),
              "flux2": ("krea2_test_flux2_vae.safetensors", TINY_FLUX_VAE_SCRIPT, ["32"]),
              "hunyuan_video15": ("krea2_test_taehv15_vae.safetensors", TINY_TAEHV_SCRIPT, ["32"]),
              "ltxv": ("krea2_test_taehv_ltx_vae.safetensors", TINY_TAEHV_SCRIPT, ["128"]),
-             "minimax_h3": ("krea2_test_taehv_h3_vae.safetensors", TINY_TAEHV_SCRIPT, ["24"])}
+             "minimax_h3": ("krea2_test_taehv_h3_vae.safetensors", TINY_TAEHV_SCRIPT, ["24"]),
+             "ltx2_audio": ("krea2_test_ltx2_audio_vae.safetensors", TINY_LTX2_AUDIO_VAE_SCRIPT, [])}
 
 
 def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str:
@@ -127,7 +161,7 @@ def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str
 
     "wan21": the Wan 2.1 VAE (Krea-2's; base width 8, not 96); "flux": the Flux VAE (Z-Image's; decoder width 32);
     "flux2": the Flux.2 VAE (decoder width 32); "hunyuan_video15", "ltxv" and "minimax_h3": a TAEHV for their
-    latents.
+    latents; "ltx2_audio": LTX-2's audio VAE (the part of its checkpoint LTXVAudioVAELoader reads).
     """
     name, script, args = TINY_VAES[kind]
     target = base_dir / "models" / "vae" / name
@@ -138,24 +172,41 @@ def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str
     return name
 
 
-# The loaders of a diffusion model, by the input naming its file: each gets the stand-in's file instead.
-MODEL_LOADERS = {"UNETLoader": "unet_name", "Krea2DiffusersLoader": "model_name", "CheckpointLoaderSimple": "ckpt_name"}
+# The loaders of a diffusion model, by the input naming its file: each gets the stand-in's file instead (LTX-2's
+# audio VAE loader reads the model's checkpoint too).
+MODEL_LOADERS = {"UNETLoader": "unet_name", "Krea2DiffusersLoader": "model_name", "CheckpointLoaderSimple": "ckpt_name",
+                 "LTXVAudioVAELoader": "ckpt_name"}
+# The text encoder loaders dropped for the test conditioning (LTX-2's reads the checkpoint and Gemma 3).
+TEXT_ENCODER_LOADERS = ("CLIPLoader", "DualCLIPLoader", "LTXAVTextEncoderLoader")
 
 
-def write_stand_in_checkpoint(base_dir: Path, model: str, vae_name: str) -> str:
-    """A checkpoint in ``base_dir``'s models/checkpoints of the diffusion model ``model`` and the VAE ``vae_name``
-    (both already in its models folders), under the prefixes ComfyUI reads an LTXV checkpoint's parts from
-    (``vae.``: LTXV's; most families' checkpoints hold their VAE under ``first_stage_model.``); its name."""
+def write_stand_in_checkpoint(base_dir: Path, model: str, vae_name: str, audio_vae_name: str | None = None) -> str:
+    """A checkpoint in ``base_dir``'s models/checkpoints of the diffusion model ``model``, the VAE ``vae_name`` and
+    (LTX-2's) the audio VAE ``audio_vae_name`` (all already in its models folders), under the prefixes ComfyUI reads
+    an LTXV checkpoint's parts from (``vae.``: LTXV's; most families' checkpoints hold their VAE under
+    ``first_stage_model.``; the audio VAE's own ``audio_vae.`` and ``vocoder.``), with the metadata configs of its
+    parts in one (LTX-2's widths and its audio VAE's are read from it); its name."""
+    import json
+
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    name = f"{Path(model).stem}+{Path(vae_name).stem}.safetensors"
+    parts = [Path(model).stem, Path(vae_name).stem, *([Path(audio_vae_name).stem] if audio_vae_name else [])]
+    name = "+".join(parts) + ".safetensors"
     target = base_dir / "models" / "checkpoints" / name
     if not target.exists():
         models = base_dir / "models"
         state = {f"model.diffusion_model.{k}": v for k, v in load_file(models / "diffusion_models" / model).items()}
         state |= {f"vae.{k}": v for k, v in load_file(models / "vae" / vae_name).items()}
+        config = {}
+        audio = [models / "vae" / audio_vae_name] if audio_vae_name else []
+        for path in (models / "diffusion_models" / model, *audio):
+            with safe_open(path, "pt") as part:
+                config |= json.loads((part.metadata() or {}).get("config", "{}"))
+        if audio_vae_name:
+            state |= load_file(models / "vae" / audio_vae_name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        save_file(state, target)
+        save_file(state, target, metadata={"config": json.dumps(config)} if config else None)
     return name
 
 
@@ -168,7 +219,7 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
     ``attention_mask``: the conditioning carries one (LTXV's);
     ``steps``: the samplers' steps when not the example's own). A video latent gets one frame (one image a save)."""
     prompt = to_api_prompt(workflow, object_info)
-    encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in ("CLIPLoader", "DualCLIPLoader")]
+    encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in TEXT_ENCODER_LOADERS]
     for node_id, node in prompt.items():
         kind, inputs = node["class_type"], node["inputs"]
         if kind in MODEL_LOADERS:
@@ -184,6 +235,8 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
             inputs.update(width=TEST_SIZE, height=TEST_SIZE)
         elif kind in ("EmptyHunyuanLatentVideo", "EmptyHunyuanVideo15Latent", "EmptyLTXVLatentVideo"):
             inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=1)
+        elif kind == "LTXVEmptyLatentAudio":  # as long as the one-frame video
+            inputs["frames_number"] = 1
         elif kind == "EmptyMiniMaxH3LatentAV":  # 5 frames at least: the decoded frames are cut to the first below
             inputs.update(width=TEST_SIZE, height=TEST_SIZE, length=5)
         elif kind == "KSampler" and steps is not None:

@@ -7,7 +7,9 @@ Cache-DiT setting stay as shipped, and so do the steps but for a family whose ca
 (``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py;
 Wan 2.2 A14B's samples two experts in turn (KSamplerAdvanced), each through its own cache node; LTX-Video's loads
 a checkpoint (CheckpointLoaderSimple, its VAE decoding), here one of the tiny LTXV and its tiny VAE; MiniMax H3's
-audio-video latent has 5 frames at least, of which the first is saved and compared.
+audio-video latent has 5 frames at least, of which the first is saved and compared. LTX-2's checkpoint holds its audio
+VAE too, which sizes the audio latent joined with the video one (LTXVConcatAVLatent); each sampled latent is split
+(LTXVSeparateAVLatent) and its video decoded: here the tiny LTX-2 with a tiny VAE and a narrow audio VAE.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_v
 from comfy_models import FAMILY_MODELS
 from example_stand_ins import (TEST_SIZE, example_prompt, run_example_nodes, saved_images, saved_rgb,
                                write_stand_in_checkpoint, write_tiny_vae)
-from example_templates import FAMILY_TEMPLATES, FamilyTemplate
+from example_templates import FAMILY_TEMPLATES, TEXT_ENCODER_LOADERS, FamilyTemplate
 from family_prompts import FAMILIES
 from krea2_prompts import TINY_MODEL
 
@@ -54,8 +56,10 @@ ZIMAGE_FILES = {name: f"{ZIMAGE_ORG}{directory}/{name}" for name, directory in (
     ("ae.safetensors", "vae"))}
 MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"),
                  ("CheckpointLoaderSimple", "ckpt_name"), ("CLIPLoader", "clip_name"),
-                 ("DualCLIPLoader", "clip_name1"), ("DualCLIPLoader", "clip_name2"), ("VAELoader", "vae_name")}
-CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader")
+                 ("DualCLIPLoader", "clip_name1"), ("DualCLIPLoader", "clip_name2"), ("VAELoader", "vae_name"),
+                 ("LTXAVTextEncoderLoader", "text_encoder"), ("LTXAVTextEncoderLoader", "ckpt_name"),
+                 ("LTXVAudioVAELoader", "ckpt_name")}
+CLIP_LOADERS = ("CLIPLoader", "DualCLIPLoader", *TEXT_ENCODER_LOADERS)
 # What may sit between the model loader and the cache node: the family's sampling shift.
 MODEL_PATCHES = {"ModelSamplingAuraFlow", "ModelSamplingSD3", "ModelSamplingFlux"}
 
@@ -83,6 +87,7 @@ class Example:
     split_step: int | None = None
     stand_ins: dict = dataclasses.field(default_factory=dict)
     conditioning: dict | None = None   # the node between the prompts and the samplers: {class_type, inputs}
+    audio_latent: dict | None = None   # LTX-2's audio latent node, joined with the video latent: {class_type, inputs}
 
     @classmethod
     def of(cls, t: FamilyTemplate) -> Example:
@@ -95,7 +100,8 @@ class Example:
         return cls(t.steps, t.cfg, t.family, files, sampler=t.sampler, scheduler=t.scheduler, clip_type=t.clip_type,
                    cache_node="CacheDiTDBCache", loader=t.loader, stand_in=t.stand_in, vae=t.vae, cache=dict(t.cache),
                    stand_in_steps=t.stand_in_steps, experts=experts, split_step=t.split_step, stand_ins=stand_ins,
-                   conditioning=t.conditioning and {"class_type": t.conditioning[0], "inputs": t.conditioning[1]})
+                   conditioning=t.conditioning and {"class_type": t.conditioning[0], "inputs": t.conditioning[1]},
+                   audio_latent=t.audio_latent and {"class_type": t.audio_latent[0], "inputs": t.audio_latent[1]})
 
     def stage_steps(self) -> list[tuple[int, int]]:
         """(start, end) of the steps each expert samples, in turn; one model: all of them."""
@@ -235,8 +241,9 @@ def test_example_settings(path, object_info):
         assert recipe == (example.steps, example.cfg, example.sampler, example.scheduler), f"KSampler {sampler['id']}"
     loaders = [loader for kind in CLIP_LOADERS for loader in nodes_of(workflow, kind)]
     assert loaders
-    for loader in loaders:
-        assert widget_values(loader, object_info[loader["type"]])["type"][0] == example.clip_type
+    for loader in loaders:  # its type widget, or the type a loader without one loads (LTX-2's)
+        values = widget_values(loader, object_info[loader["type"]])
+        assert (values["type"][0] if "type" in values else TEXT_ENCODER_LOADERS[loader["type"]][2]) == example.clip_type
     # Every model file it loads is one of its files, and its note links each of them.
     loaded = {value for node in workflow["nodes"] if node["type"] not in UI_ONLY_TYPES
               for name, (value, _) in widget_values(node, object_info[node["type"]]).items()
@@ -276,6 +283,32 @@ def test_example_settings(path, object_info):
             widgets = {k: v for k, v in node["inputs"].items() if not isinstance(v, list)}
             assert widgets == example.conditioning["inputs"]
             assert {prompt[node["inputs"][k][0]]["class_type"] for k in ("positive", "negative")} == {"CLIPTextEncode"}
+    if example.audio_latent:  # every sampler starts from the video latent joined with the audio latent
+        check_audio_video_latent(prompt, samplers, example)
+
+
+def check_audio_video_latent(prompt: dict, samplers: list[dict], example: Example):
+    """The samplers start from one LTXVConcatAVLatent of the empty video latent and the audio latent node, whose
+    audio VAE is the model checkpoint's, as long as the video at the frame rate of the conditioning; each
+    sampled latent is split by LTXVSeparateAVLatent, and its video (first output) decoded."""
+    (joined,) = {prompt[str(s["id"])]["inputs"]["latent_image"][0] for s in samplers}
+    assert prompt[joined]["class_type"] == "LTXVConcatAVLatent"
+    video, audio = (prompt[prompt[joined]["inputs"][k][0]] for k in ("video_latent", "audio_latent"))
+    assert audio["class_type"] == example.audio_latent["class_type"]
+    assert {k: v for k, v in audio["inputs"].items() if not isinstance(v, list)} == example.audio_latent["inputs"]
+    assert audio["inputs"]["frames_number"] == video["inputs"]["length"]
+    if example.conditioning:
+        assert audio["inputs"]["frame_rate"] == example.conditioning["inputs"]["frame_rate"]
+    audio_vae = prompt[audio["inputs"]["audio_vae"][0]]
+    assert audio_vae["class_type"] == "LTXVAudioVAELoader" and audio_vae["inputs"]["ckpt_name"] in example.files
+    assert audio_vae["inputs"]["ckpt_name"] == next(
+        node["inputs"]["ckpt_name"] for node in prompt.values() if node["class_type"] == example.loader)
+    decoders = [node for node in prompt.values() if node["class_type"] == "VAEDecode"]
+    assert decoders
+    for decoder in decoders:
+        split, slot = decoder["inputs"]["samples"]
+        assert prompt[split]["class_type"] == "LTXVSeparateAVLatent" and slot == 0, "the video part is decoded"
+        assert prompt[split]["inputs"]["av_latent"][0] in {str(s["id"]) for s in samplers}
 
 
 @pytest.mark.parametrize("path", COMPARE_EXAMPLES, ids=lambda p: p.stem)
@@ -288,9 +321,16 @@ def test_compare_example_differs_only_by_the_cache_node(path, object_info):
     decoders = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] == "VAEDecode"}
     (compare,) = [node["inputs"] for node in prompt.values() if node["class_type"] == "Krea2CompareImages"]
 
+    def sampled_by(decoder: dict) -> str:
+        """The sampler whose latent a decoder decodes (through the split of an audio-video latent, LTX-2's)."""
+        source = decoder["samples"][0]
+        if prompt[source]["class_type"] == "LTXVSeparateAVLatent":
+            source = prompt[source]["inputs"]["av_latent"][0]
+        return source
+
     def branch(image: str) -> list[str]:
         """The samplers that made a compared image, first to last."""
-        chain = [decoders[compare[image][0]]["samples"][0]]
+        chain = [sampled_by(decoders[compare[image][0]])]
         while samplers[chain[0]]["latent_image"][0] in samplers:
             chain.insert(0, samplers[chain[0]]["latent_image"][0])
         return chain
@@ -308,7 +348,7 @@ def test_compare_example_differs_only_by_the_cache_node(path, object_info):
         assert isinstance(seed, list) and prompt[seed[0]]["class_type"] == "PrimitiveInt", "one seed node for all"
     assert len({samplers[n]["model"][0] for n in cached}) == len(caches), "a cache node per model"
 
-    assert sorted(d["samples"][0] for d in decoders.values()) == sorted([cached[-1], uncached[-1]])
+    assert sorted(sampled_by(d) for d in decoders.values()) == sorted([cached[-1], uncached[-1]])
     assert len({str(d["vae"]) for d in decoders.values()}) == 1, "one VAE decodes both"
 
 
@@ -349,8 +389,9 @@ def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     server, model, context_features = stand_in(example, request)
     spec = FAMILIES[example.stand_in]
     vae_name = write_tiny_vae(comfy_root, server.base_dir, example.vae)
-    if example.loader == "CheckpointLoaderSimple":  # the checkpoint holds the model and its VAE
-        model = write_stand_in_checkpoint(server.base_dir, model, vae_name)
+    if example.loader == "CheckpointLoaderSimple":  # the checkpoint holds the model and its VAE (and audio VAE)
+        audio_vae = write_tiny_vae(comfy_root, server.base_dir, "ltx2_audio") if example.audio_latent else None
+        model = write_stand_in_checkpoint(server.base_dir, model, vae_name, audio_vae)
     prompt = example_prompt(load(path), object_info, vae_name=vae_name,
                             model=model, context_features=context_features, pooled_features=spec.pooled_features,
                             attention_mask=spec.attention_mask,

@@ -277,6 +277,20 @@ def family_note(t: FamilyTemplate) -> str:
     )
 
 
+def audio_video_latent(nodes: list[dict], links: list[tuple], t: FamilyTemplate) -> int:
+    """The checkpoint's audio VAE (26), the audio latent it sizes (27) and LTXVConcatAVLatent (28) joining the
+    empty video latent (7) with it; returns the joined latent the samplers start from."""
+    audio_type, widgets = t.audio_latent
+    nodes += [
+        {"id": 26, "type": "LTXVAudioVAELoader", "pos": [40, 560], "size": [380, 60],
+         "widgets": {"ckpt_name": t.model.name}, "models": [file_ref(t.model)]},
+        {"id": 27, "type": audio_type, "pos": [460, 1040], "size": [300, 110], "widgets": widgets},
+        {"id": 28, "type": "LTXVConcatAVLatent", "pos": [800, 960], "size": [240, 50], "widgets": {}},
+    ]
+    links += [(26, 0, 27, "audio_vae"), (7, 0, 28, "video_latent"), (27, 0, 28, "audio_latent")]
+    return 28
+
+
 def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> dict:
     """A family's compare template (devkit/example_templates.py): one seed sampled with and without
     CacheDiTDBCache, then compared; the cache node has the schema's defaults but ``template.cache``.
@@ -288,17 +302,14 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
     defaults = {n: opts["default"] for n, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
     unknown = sorted(set(t.cache) - set(defaults))
     assert not unknown, f"{name}: the cache node has no input {unknown}"
-    if len(t.text_encoders) == 1:
-        clip = {"type": "CLIPLoader", "widgets": {"clip_name": t.text_encoders[0].name, "type": t.clip_type,
-                                                 "device": "default"}}
-    else:
-        clip = {"type": "DualCLIPLoader", "widgets": {"clip_name1": t.text_encoders[0].name,
-                                                     "clip_name2": t.text_encoders[1].name,
-                                                     "type": t.clip_type, "device": "default"}}
+    clip_type, clip_widgets = t.text_encoder_node()
+    # A loader that reads the checkpoint too (LTX-2's) offers both downloads.
+    clip_files = (*t.text_encoders, *([t.model] if t.text_encoder_loader else []))
+    clip = {"type": clip_type, "widgets": clip_widgets}
     prefix = name.removesuffix("_compare.json")
     latent_inputs = object_info[t.latent]["input"]["required"]
     nodes = [
-        {"id": 2, "pos": [40, 200], "size": [380, 130], "models": [file_ref(f) for f in t.text_encoders], **clip},
+        {"id": 2, "pos": [40, 200], "size": [380, 130], "models": [file_ref(f) for f in clip_files], **clip},
         {"id": 5, "type": "CLIPTextEncode", "title": "Positive Prompt", "pos": [460, 460], "size": [400, 180],
          "widgets": {"text": t.prompt or PROMPT}},
         {"id": 7, "type": t.latent, "pos": [460, 900], "size": [300, 110],
@@ -308,6 +319,9 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 560], "text": family_note(t)},
     ]
     links = [(2, 0, 5, "clip")]
+    latent = 7   # what the samplers start from: the empty latent, or the audio-video latent it is joined into
+    if t.audio_latent is not None:
+        latent = audio_video_latent(nodes, links, t)
     if t.vae_file is None:  # the checkpoint's VAE (its loader's third output)
         assert t.loader == "CheckpointLoaderSimple", f"{name}: no VAE file, and {t.loader} loads no VAE"
         vae = (1, 2)
@@ -378,13 +392,21 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
                 (latent, 0, node, "latent_image"), (17, 0, node, seed)]
 
     def branch(decode: int, save: int, samplers: list[int], through_cache: bool) -> list[tuple]:
-        """The links of one branch: its samplers in turn (each expert's), then its decode and save."""
+        """The links of one branch: its samplers in turn (each expert's), then (an audio-video latent split, its
+        video) its decode and save."""
         seed = "seed" if t.low_noise is None else "noise_seed"
-        out, latent = [], 7
+        out, sampled_latent = [], latent
         for node, (model, cache) in zip(samplers, models):
-            out += sampled(node, cache if through_cache else model, latent, seed)
-            latent = node
-        return [*out, (latent, 0, decode, "samples"), (*vae, decode, "vae"), (decode, 0, save, "images")]
+            out += sampled(node, cache if through_cache else model, sampled_latent, seed)
+            sampled_latent = node
+        if t.audio_latent is not None:   # the video part of the sampled latent (the split's first output)
+            split = decode + 20
+            x, y = next(node["pos"] for node in nodes if node["id"] == decode)
+            nodes.append({"id": split, "type": "LTXVSeparateAVLatent", "pos": [x, y - 100], "size": [240, 50],
+                          "widgets": {}})
+            out.append((sampled_latent, 0, split, "av_latent"))
+            sampled_latent = split
+        return [*out, (sampled_latent, 0, decode, "samples"), (*vae, decode, "vae"), (decode, 0, save, "images")]
 
     if t.low_noise is None:
         cached, uncached = [8], [12]
@@ -411,7 +433,8 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         *branch(9, 10, cached, True), *branch(13, 14, uncached, False),
         (13, 0, 15, "reference"), (9, 0, 15, "candidate"), (15, 0, 16, "images"),
     ]
-    order = [1, 20, 2, 3, 4, 22, 5, 7, 17, 11, 6, 18, 21, 19, 25, 8, 23, 9, 10, 12, 24, 13, 14, 15, 16]
+    order = [1, 20, 2, 3, 26, 4, 22, 5, 7, 27, 28, 17, 11, 6, 18, 21, 19, 25, 8, 23, 29, 9, 10, 12, 24, 33, 13, 14,
+             15, 16]
     nodes.sort(key=lambda node: order.index(node["id"]))  # the order the editor runs and lists them in
     return build(name, nodes, links, object_info)
 
