@@ -157,6 +157,11 @@ for name, tensor in model.state_dict().items():
     if family.startswith("hunyuan") and ("_mod.lin." in name or "modulation.lin." in name):
         # The same for HunyuanVideo's blocks (Flux's Modulation): otherwise every change after warmup is near 1.
         value = value * 0.1 if name.endswith("weight") else value + 1.0
+    if family == "chroma" and name == "distilled_guidance_layer.in_proj.weight":
+        # The same for Chroma's approximator: its first 16 inputs are the timestep's embedding, from which random
+        # weights made every block's modulation anew each step (diff > 1 after warmup). Damped, the modulation
+        # changes between neighbouring steps as a trained model's nearly does not.
+        value[:, :16] *= 0.05
     if family.startswith("flux2") and name == "time_in.in_layer.weight":
         # Flux.2 has no biases: its blocks' modulation follows the timestep embedding wholly, and on
         # random weights every step's residual changed by more than itself (diff > 1, where cache-dit's
