@@ -62,6 +62,19 @@ def init(name, tensor):
 save_file({name: init(name, t).contiguous() for name, t in vae.state_dict().items()}, sys.argv[1])
 """
 
+# The weights of a stand-in that ComfyUI builds from a config: seeded normal, scaled by fan-in, norm scales 1 and
+# biases 0, so its outputs stay of the inputs' size (a script that holds it defines ``generator`` and ``init``).
+SEEDED_INIT = """
+generator = torch.Generator().manual_seed(0)
+
+def init(name, tensor):
+    if name.endswith("bias"):
+        return torch.zeros_like(tensor)
+    if tensor.ndim == 1:
+        return torch.ones_like(tensor)
+    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
+"""
+
 # The Flux VAE (Z-Image's ``ae.safetensors``), decoder only: ComfyUI takes the decoder's width from
 # its weights (32, the least its group norms take, instead of 128) and decoding needs no encoder weights.
 # With 32 latent channels, a post-quant conv and the latent batch norm's statistics it is the Flux.2 VAE (``flux2-vae.safetensors``,
@@ -77,15 +90,7 @@ from safetensors.torch import save_file
 
 decoder = Decoder(ch=32, out_ch=3, ch_mult=[1, 2, 4, 4], num_res_blocks=2, attn_resolutions=[], in_channels=3,
                   resolution=256, z_channels=z_channels, double_z=True, dropout=0.0)
-generator = torch.Generator().manual_seed(0)
-
-def init(name, tensor):
-    if name.endswith("bias"):
-        return torch.zeros_like(tensor)
-    if tensor.ndim == 1:
-        return torch.ones_like(tensor)
-    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
-
+""" + SEEDED_INIT + """
 state = {"decoder." + name: init(name, t).contiguous() for name, t in decoder.state_dict().items()}
 if z_channels == 32:  # Flux.2: a post-quant conv, and the batch norm over 2x2 patches of the latent (128 channels)
     state.update({"post_quant_conv.weight": torch.eye(32).reshape(32, 32, 1, 1), "post_quant_conv.bias": torch.zeros(32),
@@ -132,15 +137,7 @@ config = {"audio_vae": {"model": {"params": {"ddconfig": encoder, "sampling_rate
           "vocoder": {"upsample_initial_channel": 32, "resblock_kernel_sizes": [3],
                       "upsample_rates": [5, 4, 2, 2, 2], "upsample_kernel_sizes": [16, 16, 8, 4, 4]}}
 vae = AudioVAE({"config": json.dumps(config)})
-generator = torch.Generator().manual_seed(0)
-
-def init(name, tensor):
-    if name.endswith("bias"):
-        return torch.zeros_like(tensor)
-    if tensor.ndim == 1:
-        return torch.ones_like(tensor)
-    return torch.randn(tensor.shape, generator=generator) / tensor[0].numel() ** 0.5
-
+""" + SEEDED_INIT + """
 prefixes = {"autoencoder.": "audio_vae.", "vocoder.": "vocoder."}
 state = {prefixes[prefix] + name[len(prefix):]: init(name, t).contiguous() for name, t in vae.state_dict().items()
          for prefix in prefixes if name.startswith(prefix)}
