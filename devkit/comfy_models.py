@@ -160,7 +160,7 @@ for name, tensor in model.state_dict().items():
     if family == "chroma" and name == "distilled_guidance_layer.in_proj.weight":
         # The same for Chroma's approximator: its first 16 inputs are the timestep's embedding, from which random
         # weights made every block's modulation anew each step (diff > 1 after warmup). Damped, the modulation
-        # changes between neighbouring steps as a trained model's nearly does not.
+        # changes little between neighbouring steps, as a trained model's does.
         value[:, :16] *= 0.05
     if family.startswith("flux2") and name == "time_in.in_layer.weight":
         # Flux.2 has no biases: its blocks' modulation follows the timestep embedding wholly, and on

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from comfy_harness import ComfyServer, prompt_error
 
 FAST = {"steps_mask": "fast"}
@@ -79,6 +81,13 @@ def write_native_lora(server: ComfyServer, checkpoint: Path, layers, name: str, 
             weights[f"{prefix}{layer}.lora_B.weight"] = torch.randn(rows, 4, generator=generator) * scale
     save_file(weights, str(server.base_dir / "models" / "loras" / name))
     return name
+
+
+def check_left_to_easycache(record: dict, outputs: tuple, alone: tuple):
+    """The node on a model that ComfyUI's EasyCache also caches steps aside: its record says "skipped" and names
+    EasyCache, and each output (a latent) equals the same graph's with EasyCache alone, bit for bit."""
+    assert record["status"] == "skipped" and "EasyCache" in " ".join(record["warnings"])
+    assert all(torch.equal(out, ref) for out, ref in zip(outputs, alone, strict=True))
 
 
 def check_threshold_caching(record_of: Callable[[float, str], dict], steps: int = 8, warmup: int = 4,

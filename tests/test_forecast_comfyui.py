@@ -15,7 +15,7 @@ from comfy_harness import prompt_error
 from comfy_models import FAMILY_MODELS
 from family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, run_ok
-from krea2_prompts import guided_prompt, krea2_prompt, with_forecast, with_lora
+from krea2_prompts import krea2_prompt, with_forecast, with_lora
 
 pytestmark = pytest.mark.comfyui
 
