@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -80,16 +79,27 @@ def cfg_mode(branches: tuple[int, ...], conds_per_step: int) -> str:
     return "batched" if len(set(branches)) > 1 else "none"
 
 
-class CallRouter:
-    """Routes a run's calls: served by the cache in the current layout, or extra.
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """The router's verdict on one call."""
 
-    ``on_new_context(step, layout)`` is told when a fresh context must start (the first call, or a
-    layout change), before the call that starts it is served.
+    routed: bool                            # one of the step's streams: the method decides it (else extra)
+    new_context: CallLayout | None = None   # a fresh context starts at this call, configured for this layout
+
+
+EXTRA = Route(False)
+IN_LAYOUT = Route(True)
+
+
+class CallRouter:
+    """Routes a run's calls: decided by the method in the current layout, or extra.
+
+    It only tells: a verdict that starts a fresh context (the first call, or a layout change) carries
+    its layout, and the run starts that context before the call is decided.
     """
 
-    def __init__(self, conds_per_step: int, on_new_context: Callable[[int, CallLayout], None], node_name: str):
+    def __init__(self, conds_per_step: int, node_name: str):
         self.conds_per_step = int(conds_per_step)   # conds the guider evaluates per step (1: no uncond pass)
-        self._on_new_context = on_new_context
         self.node_name = node_name
         self.layout: CallLayout | None = None
         self.first_layout: CallLayout | None = None
@@ -100,23 +110,23 @@ class CallRouter:
     def contexts(self) -> int:
         return len(self.context_starts)
 
-    def route(self, step: int, key: StreamKey) -> bool:
-        """Whether the cache serves this call (False: an extra call, computed in full around it)."""
+    def route(self, step: int, key: StreamKey) -> Route:
+        """Whether the method decides this call (not routed: an extra call, computed in full around it)."""
         if self.layout is not None:
             verdict = self.layout.classify(step, key)
             if verdict == "extra":
-                return False
+                return EXTRA
             if verdict == "serve":
                 self.layout.advance(key)
-                return True
+                return IN_LAYOUT
             if self.layout.separate_cfg and self.layout.next_slot == 1:
                 # The second stream never came: treat the rest of the run as one call per step.
                 self._single_stream_seen = True
-        self._start_context(step, key)
-        self.layout.advance(key)
-        return True
+        layout = self._start_context(step, key)
+        layout.advance(key)
+        return Route(True, layout)
 
-    def _start_context(self, step: int, key: StreamKey):
+    def _start_context(self, step: int, key: StreamKey) -> CallLayout:
         mode = cfg_mode(key.branches, self.conds_per_step)
         split = mode == "split" and not self._single_stream_seen
         if mode == "split" and not split:
@@ -128,4 +138,4 @@ class CallRouter:
             logger.info("%s: call layout changed at step %d (%s); starting a fresh cache there.", self.node_name,
                         step, mode)
         self.context_starts.append(step)
-        self._on_new_context(step, self.layout)
+        return self.layout

@@ -13,31 +13,30 @@ the layout (a multi-call sampler's further evaluations of a step, a third cond) 
 full and kept out of the histories: their time is not a step of the schedule the forecast is
 fitted on, and the first evaluation of each step is what the histories hold.
 
-The parts: ``CallRouter`` (streams and contexts), ``FinalLayerSeam`` (the hook on the final
-layer), ``SkippedBlocks`` (the block lists emptied for a forecast call), ``BlockProbe`` (the blocks
-that ran), ``TextPathReuse`` and ``ForeignServeWatch``.
+The parts: ``FinalLayerSeam`` (the hook on the final layer), ``SkippedBlocks`` (the block lists
+emptied for a forecast call), ``BlockProbe`` (the blocks that ran), and, shared with every method
+(``sampling_run``): ``CallRouter`` (streams and contexts), ``TextPathReuse`` and ``ForeignServeWatch``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import torch
 
 from .block_probe import BlockProbe
-from .call_router import CallLayout, CallRouter, StreamKey
+from .call_router import CallLayout, StreamKey
 from .feature_forecast import FeatureHistory
 from .forecast_settings import ForecastPlan
-from .foreign_serves import ForeignServeWatch
-from .observation import Call, CallTimer, RunObservation, RunOutcome, exit_status
 from .registry import ResolvedTransformer
+from .sampling_run import CallWork, SamplingRun, Vote
 from .step_clock import StepClock
 from .stream_report import StreamReport
-from .text_path import TextPathReuse
 
-# Why a step was computed or forecast, as the record names it.
+# Why a step was computed or forecast, as the record names it (``OTHER_DEVICE``: another device of a
+# parallel run computed it, so this one did too).
 WARMUP, SCHEDULE, FINAL, HISTORY, FORECAST = "warmup", "schedule", "final_steps", "history", "forecast"
+OTHER_DEVICE = "other_device"
 
 
 class FinalLayerSeam:
@@ -113,99 +112,63 @@ class ForecastStream:
                             [None] * len(steps))
 
 
-class ForecastRun:
-    """Whole-call forecasting on ``target`` for one sampling run; use as a context manager.
+class ForecastRun(SamplingRun):
+    """Whole-call forecasting on ``target`` for one sampling run; use as a context manager."""
 
-    The same face as ``CacheRun``: ``model_call``, ``uncached``, ``warn_once``, ``outcome``.
-    """
-
-    parallel = None
+    evidence = "the model's final layer"
 
     def __init__(self, target: ResolvedTransformer, plan: ForecastPlan, clock: StepClock, conds_per_step: int, *,
                  node_name: str, host=None, text_reuse_off: str | None = None, tell_block_index=None):
-        self.target, self.plan, self.clock = target, plan, clock
-        self.host = host if host is not None else target.module
-        family = target.family
+        super().__init__(target, plan, clock, conds_per_step, node_name=node_name, host=host,
+                         text_reuse_off=text_reuse_off)
         lists, modules = target.block_lists, target.block_modules
-        self.router = CallRouter(conds_per_step, self._start_context, node_name)
         self.probe = BlockProbe(lists, modules, fn_blocks=1, bn_blocks=0)   # counts only
-        self.seam = FinalLayerSeam(getattr(target.module, family.final_layer))
+        self.seam = FinalLayerSeam(getattr(target.module, target.family.final_layer))
         self.skipped = SkippedBlocks(target.module, tuple(entry.attr for entry in lists))
-        self.foreign_serves = ForeignServeWatch(evidence="the model's final layer")
-        text_path = family.text_path
-        self.text_path = TextPathReuse(target.module, text_path, off=text_reuse_off) if text_path else None
         self.streams: dict[tuple[int, StreamKey], ForecastStream] = {}
-        self.calls: list[Call] = []
-        self.warnings: list[str] = []
-        self.observation: RunObservation | None = None
+        self._vote: Vote | None = None
 
     @property
     def num_blocks(self) -> int:
         return self.probe.num_blocks
 
     # --- lifetime -----------------------------------------------------------------
-    def __enter__(self) -> "ForecastRun":
+    def _open(self) -> None:
         self.probe.install([])
         self.seam.install()
-        if self.text_path is not None:
-            self.text_path.__enter__()
-        return self
 
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if self.text_path is not None:
-                self.text_path.__exit__(exc_type, exc, tb)
-            self.probe.remove()
-            self.seam.remove()
-        finally:
-            layout = self.router.first_layout
-            self.observation = RunObservation(
-                status=exit_status(exc_type), num_blocks=self.num_blocks, module_id=id(self.host),
-                calls=tuple(self.calls), cfg_mode=layout.mode if layout else None,
-                has_separate_cfg=bool(layout and layout.separate_cfg), cache_contexts=self.router.contexts,
-                streams=tuple(self.streams.values()), warnings=tuple(self.warnings),
-                text_path=self.text_path.counts() if self.text_path is not None else None)
-            for stream in self.streams.values():
-                stream.history = None   # the features hold device memory
-        return False
+    def _close(self) -> None:
+        self.probe.remove()
+        self.seam.remove()
 
-    @property
-    def observations(self) -> list[RunObservation]:
-        return [self.observation] if self.observation is not None else []
-
-    def outcome(self) -> RunOutcome:
-        return RunOutcome(self.plan, self.clock, self.target.family.name, tuple(self.observations), self.parallel)
+    def _streams(self) -> list[ForecastStream]:
+        accounts = list(self.streams.values())
+        for stream in accounts:
+            stream.history = None   # the features hold device memory; the run has ended
+        return accounts
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes, device=None, text=None):
-        key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
-        if torch.is_tensor(sigma):
-            sigma = sigma.detach()
-        step = self.clock.step_of(sigma, key)
-        served = not self.foreign_serves.seen and self.router.route(step, key)
-        stream = self._stream(key) if served else None
-        reason = self._reason(step, stream) if served else None
+    def _call(self, step: int, key: StreamKey, routed: bool):
+        stream = self._stream(key) if routed else None
+        reason = self._reason(step, stream) if routed else None
+        if reason is not None and self._vote is not None and not self._vote(reason == FORECAST, 0):
+            reason = OTHER_DEVICE if reason == FORECAST else reason
         forecast = stream.history.forecast(step) if reason == FORECAST else None
         self.probe.begin(False, None, step)
         self.seam.begin(forecast)
-        timer = CallTimer(device)
-        text_call = self.text_path.call(*text) if self.text_path is not None and text else contextlib.nullcontext()
+        work = CallWork(skipped=forecast is not None)
         try:
-            with text_call, (self.skipped() if forecast is not None else contextlib.nullcontext()):
-                yield served
+            with self.skipped() if forecast is not None else contextlib.nullcontext():
+                yield work
         finally:
             counted = self.probe.end()
-            ran, seen = self.seam.end()
-        timer.stop()
+            work.evidence_ran, seen = self.seam.end()
+        work.blocks_run = sum(counted)
         if stream is not None:
             stream.reasons[step] = reason
             if forecast is None and seen is not None:
                 stream.history.add(step, seen)
-        if self.foreign_serves.observe(step, served, ran) and self.foreign_serves.calls == 1:
-            self.warnings.append(self.foreign_serves.warning())
-        self.calls.append(Call(step, key.branches, key, served, forecast is not None, sum(counted), sigma, timer,
-                               threading.current_thread().name))
 
     def _stream(self, key: StreamKey) -> ForecastStream:
         context = self.router.contexts
@@ -226,13 +189,14 @@ class ForecastRun:
             return HISTORY   # a fresh context's history has too few computed steps yet
         return FORECAST
 
-    def warn_once(self, warning: str):
-        if warning not in self.warnings:
-            self.warnings.append(warning)
-
-    def uncached(self):
-        """A call computed in full: the model runs as it is (nothing of the run is on its path but hooks)."""
-        return contextlib.nullcontext()
-
     def _start_context(self, step: int, layout: CallLayout):
         """A fresh context: its streams' histories start empty (``_stream``)."""
+
+    # --- several devices ------------------------------------------------------------
+    def share_decisions(self, vote: Vote) -> None:
+        """Each decided call's "forecast or compute" goes through ``vote``: a step is forecast only where every
+        device's stream has the history for it, so no device waits on another's computed call."""
+        self._vote = vote
+
+    def stop_sharing(self) -> None:
+        self._vote = None

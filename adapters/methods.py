@@ -1,8 +1,9 @@
-"""The methods the nodes offer, behind one face: a plan for a run, then a run on one device or several.
+"""The methods the nodes offer, behind one face: a check at the node, a plan for a run, then its run.
 
-A node's holder names its method; the sampling wrappers ask the method for the run's plan and
-its run, and never branch on which method it is. Adding a method is one more ``Method`` here
-and a run class with ``CacheRun``'s face (``model_call``, ``uncached``, ``warn_once``, ``outcome``).
+A node's holder names its method; the node checks its settings through ``Method.check``, and the
+sampling wrappers ask the method for the run's plan and open its run (``Method.open_run``), on one
+device or several, and never branch on which method it is. Adding a method is one more ``Method``
+here and a ``SamplingRun`` subclass (``sampling_run``) for its run.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from .block_probe import BlockIndexTeller
 from .cache_run import CacheRun
 from .forecast_run import ForecastRun
 from .forecast_settings import plan_forecast_run
+from .multi_device import DeviceModel, MultiDeviceRun
 from .registry import ResolvedTransformer
+from .sampling_run import SamplingRun
 from .settings import check_compute_blocks, plan_run
 
 
@@ -24,8 +28,16 @@ class Method:
     plan: Callable
     # (settings, target, node name) -> None: a refusal, at the node, of what can never run on this model.
     check: Callable
-    run_type: type                # one device's run
-    shares_decisions: bool        # several devices: one decision per step for all (else each its own)
+    run_type: type[SamplingRun]   # one device's run
+
+    def open_run(self, plan, clock, *, target: ResolvedTransformer, host, conds_per_step: int,
+                 devices: list[DeviceModel] = (), node_name: str, tell_block_index: BlockIndexTeller | None = None,
+                 text_reuse_off: str | None = None) -> SamplingRun | MultiDeviceRun:
+        """The run of one sampling: on ``host``, or a run per device copy (``devices``: multi-GPU sampling)."""
+        options = dict(node_name=node_name, tell_block_index=tell_block_index, text_reuse_off=text_reuse_off)
+        if devices:
+            return MultiDeviceRun(list(devices), plan, clock, run_type=self.run_type, **options)
+        return self.run_type(target, plan, clock, conds_per_step=conds_per_step, host=host, **options)
 
 
 def _check_final_layer(settings, target: ResolvedTransformer, node_name: str) -> None:
@@ -39,11 +51,10 @@ DBCACHE = Method(
     name="DBCache",
     plan=lambda settings, steps, target, node_name: plan_run(settings, steps, target.cacheable_blocks, node_name),
     check=lambda settings, target, node_name: check_compute_blocks(settings, target.cacheable_blocks, node_name),
-    run_type=CacheRun, shares_decisions=True)
+    run_type=CacheRun)
 
 WHOLE_CALL_FORECAST = Method(
     name="whole-call forecast",
     plan=lambda settings, steps, target, node_name: plan_forecast_run(settings, steps),
     check=_check_final_layer,
-    # The schedule decides each step alike on every device; a device's history is its own conds'.
-    run_type=ForecastRun, shares_decisions=False)
+    run_type=ForecastRun)

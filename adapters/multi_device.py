@@ -1,13 +1,14 @@
-"""cache-dit on every device of a parallel sampling run, with one caching decision per step and block list.
+"""A method on every device of a parallel sampling run, with one decision per step (and block list).
 
 Multi-GPU sampling keeps one copy of the transformer per device and, in every step, hands the
 conds to the devices in parallel threads (two devices and CFG: cond on one, uncond on the other).
-cache-dit keeps its per-step state in the module it patches, so each copy gets its own
-``CacheRun``: its own contexts, call layouts and ``has_separate_cfg``, learnt from what that
-device is sent.
+A method keeps its per-step state per module (cache-dit in the module it patches), so each copy
+gets its own run of the method (a ``SamplingRun``): its own contexts, call layouts and
+``has_separate_cfg``, learnt from what that device is sent.
 
-The sampler waits for every device, so a step is only faster when every device serves it from
-the cache. ``StepConsensus`` makes that one decision: cache-dit asks ``can_cache`` once per call
+The sampler waits for every device, so a step is only faster when every device skips it.
+``StepConsensus`` makes that one decision; each run routes its own decisions to it
+(``SamplingRun.share_decisions``). DBCache: cache-dit asks ``can_cache`` once per call
 and block list (each list of the family is its own cache context, e.g. Flux's double- then
 single-stream blocks), after that list's Fn blocks; each device's first call of a step votes there
 with cache-dit's own answer, on a ballot of that step and list, and the list is cached in that step
@@ -15,13 +16,15 @@ only if every device voted yes. A "no" decides at once; a "yes" waits for the ot
 The lists decide apart, as on one device: in one step a family may skip one list's middle blocks on
 every device and compute the other's on every device. With a step mask all devices agree anyway;
 with the threshold the device whose residual changed most decides, the most conservative choice.
+Whole-call forecasting: each device's first call of a step votes whether its stream would forecast
+it (its schedule decides alike everywhere; a stream whose history is not ready yet says no).
 
 Who votes on a list in a step is who voted on it in the step before: the conds a device is sent stay
 the same from step to step unless the conds themselves change (e.g. a timestep range ends). A device that
 stops getting work is waited for once (``StepConsensus.wait_s``: ten times the longest gap
 between the devices' votes seen so far, at least ``MIN_WAIT_S``), and that step is computed
 everywhere (said in the record's warnings); a device that gets other work than before starts a
-fresh context through its ``CacheRun`` (its first step computes, never serving another cond's
+fresh context through its run (its first step computes, never serving another cond's
 residual), so its vote in that step is "no".
 """
 
@@ -37,10 +40,9 @@ import torch
 
 from .block_probe import BlockIndexTeller
 from .cache_dit_logs import quiet_cache_dit
-from .cache_run import CacheRun
 from .observation import ParallelOutcome, RunObservation, RunOutcome
 from .registry import ResolvedTransformer
-from .settings import RunPlan
+from .sampling_run import SamplingRun
 from .step_clock import StepClock
 
 # The least time a device that voted "cache" waits for the votes of the devices that voted in the
@@ -209,16 +211,13 @@ class StepConsensus:
 
 
 class DeviceRun:
-    """The ``CacheRun`` of one device, as the model-call hook sees it; votes through the consensus."""
+    """One device's run, as the model-call hook sees it; its decisions go through the consensus."""
 
-    def __init__(self, device: DeviceModel, run: CacheRun, clock: DeviceClock, consensus: StepConsensus):
+    def __init__(self, device: DeviceModel, run: SamplingRun, clock: DeviceClock, consensus: StepConsensus):
         self.label = device.label
         self.run = run
         self.clock = clock
         self.consensus = consensus
-        lists = run.target.block_lists
-        # The ballot each list votes on: its attribute, or None for a family with one list.
-        self._ballot_names = [entry.attr for entry in lists] if len(lists) > 1 else [None]
 
     @property
     def host(self) -> torch.nn.Module:
@@ -237,37 +236,35 @@ class DeviceRun:
     @contextlib.contextmanager
     def model_call(self, sigma, branches, shapes, device=None, text=None):
         try:
-            with self.run.model_call(sigma, branches, shapes, device=device, text=text) as served:
-                yield served
+            with self.run.model_call(sigma, branches, shapes, device=device, text=text) as routed:
+                yield routed
         except BaseException:
             if self.clock.current_step is not None:
                 self.consensus.withdraw(self.clock.current_step, self.label)
             raise
 
     def join_consensus(self) -> None:
-        """Route cache-dit's own decision per call and block list on this device's module through the consensus."""
-        self.run.cache.route_decisions(self._shared_decision)
+        """Route the run's own decisions on this device through the consensus."""
+        self.run.share_decisions(self._shared_decision)
 
     def leave_consensus(self) -> None:
-        self.run.cache.restore_decisions()
+        self.run.stop_sharing()
 
     @torch.compiler.disable
-    def _shared_decision(self, own_decision, block_list: int, *args, **kwargs) -> bool:
-        cache = bool(own_decision(*args, **kwargs))
-        return self.consensus.vote(self.clock.current_step, self.label, cache, self._ballot_names[block_list])
+    def _shared_decision(self, own: bool, ballot: int) -> bool:
+        return self.consensus.vote(self.clock.current_step, self.label, own, self.run.ballots[ballot])
 
     def observation(self) -> RunObservation:
         return dataclasses.replace(self.run.observation, device=self.label)
 
 
 class MultiDeviceRun:
-    """One sampling run on several devices: a run per device (``run_type``, a ``CacheRun`` by default), their
-    observations side by side; with ``shares_decisions`` one caching decision per step and block list for all
-    of them."""
+    """One sampling run on several devices: a run of the method (``run_type``) per device, their observations side
+    by side, and one decision per step (and block list) for all of them."""
 
-    def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock,
-                 *, node_name: str, tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
-                 text_reuse_off: str | None = None, run_type: type = CacheRun, shares_decisions: bool = True):
+    def __init__(self, devices: list[DeviceModel], plan, clock: StepClock, *, run_type: type[SamplingRun],
+                 node_name: str, tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
+                 text_reuse_off: str | None = None):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
@@ -275,7 +272,6 @@ class MultiDeviceRun:
         self.step_clock = clock           # the record's (its warnings); the devices share it through ``clock``
         self.clock = SharedClock(clock)
         self.consensus = StepConsensus(min_wait_s)
-        self.shares_decisions = shares_decisions
         self.devices = []
         for device in devices:
             device_clock = self.clock.for_device(device.label)
@@ -303,9 +299,8 @@ class MultiDeviceRun:
             stack.enter_context(quiet_cache_dit())
             for device in self.devices:
                 stack.enter_context(device.run)
-                if self.shares_decisions:
-                    stack.callback(device.leave_consensus)
-                    device.join_consensus()
+                stack.callback(device.leave_consensus)
+                device.join_consensus()
             self._stack = stack.pop_all()
         return self
 

@@ -12,11 +12,12 @@ import dataclasses
 from comfy_api.latest import io
 
 from ..adapters.calibrators import CALIBRATORS, DMD_HISTORY, TAYLORSEER_ORDERS
-from ..adapters.registry import ANY_SCOPE, KREA2_SCOPE, NodeScope, resolve
-from ..adapters.settings import STEP_MASKS, CacheSettings, check_compute_blocks
+from ..adapters.methods import DBCACHE
+from ..adapters.registry import ANY_SCOPE, KREA2_SCOPE, NodeScope
+from ..adapters.settings import STEP_MASKS, CacheSettings
 from .input_checks import schema_problem
 from .plain_errors import plain_errors
-from .wrappers import CacheDiTHolder, install
+from .wrappers import patched_model
 
 CATEGORY = "model/patch/Cache-DiT"
 DEFAULTS = CacheSettings()
@@ -102,12 +103,7 @@ class _CacheDiTNode(io.ComfyNode):
     def execute(cls, model, **settings) -> io.NodeOutput:
         with plain_errors():
             settings = CacheSettings(**{setting.name: settings[setting.name] for setting in SETTINGS})
-            target = resolve(model.model.diffusion_model, cls.SCOPE)
-            check_compute_blocks(settings, target.cacheable_blocks, cls.SCOPE.node_name)
-            patched = model.clone()
-            install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""),
-                                            node_name=cls.SCOPE.node_name))
-            return io.NodeOutput(patched)
+            return io.NodeOutput(patched_model(model, cls.SCOPE, DBCACHE, settings, str(cls.hidden.unique_id or "")))
 
 
 class Krea2CacheDiT(_CacheDiTNode):

@@ -13,11 +13,11 @@ from ..adapters.feature_forecast import FORECASTS, ForecastSettings
 from ..adapters.forecast_schedule import ForecastSchedule
 from ..adapters.forecast_settings import CUSTOM, PRESETS, WholeCallSettings
 from ..adapters.methods import WHOLE_CALL_FORECAST
-from ..adapters.registry import WHOLE_CALL_FORECAST_SCOPE, resolve
+from ..adapters.registry import WHOLE_CALL_FORECAST_SCOPE
 from .cache_node import CATEGORY
 from .input_checks import schema_problem
 from .plain_errors import plain_errors
-from .wrappers import CacheDiTHolder, install
+from .wrappers import patched_model
 
 NODE_NAME = WHOLE_CALL_FORECAST_SCOPE.node_name
 FORECAST_DEFAULTS, SCHEDULE_DEFAULTS = ForecastSettings(), ForecastSchedule()
@@ -99,10 +99,5 @@ class CacheDiTSpectrum(io.ComfyNode):
     @classmethod
     def execute(cls, model, preset) -> io.NodeOutput:
         with plain_errors():
-            settings = settings_from(preset)
-            target = resolve(model.model.diffusion_model, cls.SCOPE)
-            WHOLE_CALL_FORECAST.check(settings, target, NODE_NAME)
-            patched = model.clone()
-            install(patched, CacheDiTHolder(settings=settings, node_id=str(cls.hidden.unique_id or ""),
-                                            node_name=NODE_NAME, method=WHOLE_CALL_FORECAST))
-            return io.NodeOutput(patched)
+            return io.NodeOutput(patched_model(model, cls.SCOPE, WHOLE_CALL_FORECAST, settings_from(preset),
+                                               str(cls.hidden.unique_id or "")))

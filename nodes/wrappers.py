@@ -2,12 +2,15 @@
 
 Modelled on ComfyUI's EasyCache: the node puts a ``CacheDiTHolder`` into the
 MODEL clone's ``model_options`` and registers two wrappers under one key.
-- OUTER_SAMPLE: per run, reads the sampler's sigmas, callback and guider,
-  opens the holder's method's run (a ``CacheRun``: cache-dit enabled; a ``ForecastRun``)
-  and closes it in ``finally``, also on interrupt or error, so the shared transformer is
+- OUTER_SAMPLE: per run, reads the sampler's sigmas, callback and guider, has the
+  holder's method open its run (``Method.open_run``: DBCache's enables cache-dit) and
+  closes it in ``finally``, also on interrupt or error, so the shared transformer is
   never left cached.
-- DIFFUSION_MODEL: per model call, lets the run route the call through
-  cache-dit or around it, using ``cond_or_uncond`` and ``sigmas``.
+- DIFFUSION_MODEL: per model call, hands the call to the run (``SamplingRun.model_call``),
+  with ``cond_or_uncond`` and ``sigmas``, or computes it in full around the run.
+
+The nodes themselves only translate their inputs into a method's settings and call
+``patched_model``, the one path by which every node checks them and installs the holder.
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ import comfy.model_patcher
 import comfy.patcher_extension
 
 from ..adapters.methods import DBCACHE, Method
-from ..adapters.multi_device import MultiDeviceRun
-from ..adapters.registry import ANY_SCOPE, ResolvedTransformer, loop_patches_in, resolve, skip_lists_in
+from ..adapters.registry import ANY_SCOPE, NodeScope, ResolvedTransformer, loop_patches_in, resolve, skip_lists_in
 from ..adapters.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.step_clock import StepClock, churned_start_sigmas
 from . import conditioning_identity, multi_gpu, routes
@@ -38,7 +40,7 @@ KEY = "krea2_cachedit"
 # sources, and ComfyUI's compile node filters out the guards that check its keys, so a later
 # compiled run without this node would fail on the missing key.
 # Under multi-GPU sampling, each device's copy of the model has its own entry (read from its thread).
-_active_runs: dict[int, object] = {}   # a method's run (CacheRun, ForecastRun) or one device's DeviceRun
+_active_runs: dict[int, object] = {}   # a method's run (a SamplingRun) or one device's DeviceRun
 WrappersMP = comfy.patcher_extension.WrappersMP
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,17 @@ class CacheDiTHolder:
     method: Method = DBCACHE
     # Upstream Cache-DiT nodes on the same model whose settings this one replaces: (node id, node name).
     superseded: tuple[tuple[str, str], ...] = ()
+
+
+def patched_model(model: comfy.model_patcher.ModelPatcher, scope: NodeScope, method: Method, settings,
+                  node_id: str) -> comfy.model_patcher.ModelPatcher:
+    """A clone of ``model`` that samples with ``method``, after the method refused at the node (a ValueError
+    naming the input) what can never run on this model; the input model is never changed."""
+    target = resolve(model.model.diffusion_model, scope)
+    method.check(settings, target, scope.node_name)
+    patched = model.clone()
+    install(patched, CacheDiTHolder(settings=settings, node_id=node_id, node_name=scope.node_name, method=method))
+    return patched
 
 
 def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
@@ -104,7 +117,7 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     meta = RunMeta(node_name=holder.node_name, node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg,
                    guidance=guidance.as_dict(), warnings=tuple(_superseding_warnings(holder)))
     run, refusal = _open_run(guider, holder, target, host, plan, clock, guidance.conds_per_step)
-    hosts = run.routes() if isinstance(run, MultiDeviceRun) else {id(run.host): run} if run else {}
+    hosts = run.routes() if run is not None else {}
     try:
         if run is None:
             logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, refusal)
@@ -123,8 +136,8 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
 
 
 def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host, plan, clock, conds_per_step: int):
-    """The run for this sampling (one device or several), or None and why it runs uncached."""
-    method, devices, refusal = holder.method, [], None
+    """The method's run for this sampling (one device or several), or None and why it runs uncached."""
+    devices, refusal = [], None
     on_devices = multi_gpu.sampling_devices(guider.model_patcher)
     if on_devices:
         devices, refusal = multi_gpu.device_models(on_devices, conds_per_step, host, target)
@@ -132,12 +145,10 @@ def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host,
     refusal = refusal or (step_cache_refusal(other) if other is not None else None)
     if refusal:
         return None, refusal
-    common = dict(node_name=holder.node_name, tell_block_index=block_index_teller(target),
-                  text_reuse_off=conditioning_identity.run_refusal(guider))
-    if devices:  # ComfyUI's multi-GPU sampling: a run per device copy
-        return MultiDeviceRun(devices, plan, clock, run_type=method.run_type, shares_decisions=method.shares_decisions,
-                              **common), None
-    return method.run_type(target, plan, clock, conds_per_step=conds_per_step, host=host, **common), None
+    return holder.method.open_run(plan, clock, target=target, host=host, conds_per_step=conds_per_step,
+                                  devices=devices, node_name=holder.node_name,
+                                  tell_block_index=block_index_teller(target),
+                                  text_reuse_off=conditioning_identity.run_refusal(guider)), None
 
 
 def _publish(holder: CacheDiTHolder, meta: RunMeta, clock: StepClock, run, refusal: str | None):

@@ -185,7 +185,7 @@ def test_a_model_that_ran_is_freed_and_left_as_it_was():
 
 def test_on_two_devices_each_forecasts_its_own_conds_alike():
     """cond on one copy, uncond on the other, each step on two threads at once (ComfyUI's multi-GPU
-    split): every device runs the schedule alone, from its own history, with no decision to share."""
+    split): every device forecasts from its own history, and each step's decision is one for both (they agree)."""
     import threading
 
     from cache_runs import seeded_transformer
@@ -196,8 +196,9 @@ def test_on_two_devices_each_forecasts_its_own_conds_alike():
     devices = [DeviceModel(label, registry.resolve(copy), copy, conds_per_step=1)
                for label, copy in zip(("cuda:0", "cuda:1"), copies)]
     clock = StepClock(SIGMAS)
-    run = MultiDeviceRun(devices, plan_forecast_run(TURBO, clock.steps), clock, node_name=NODE,
-                         run_type=WHOLE_CALL_FORECAST.run_type, shares_decisions=False)
+    run = WHOLE_CALL_FORECAST.open_run(plan_forecast_run(TURBO, clock.steps), clock, target=None, host=None,
+                                       conds_per_step=2, devices=devices, node_name=NODE)
+    assert isinstance(run, MultiDeviceRun)
     streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7)]
     with run:
         device_runs = run.routes()
@@ -219,3 +220,28 @@ def test_on_two_devices_each_forecasts_its_own_conds_alike():
         alone = Stream(stream.branch, seed, tokens=tokens)
         sample_single(copies[0], TURBO, alone)
         assert_same_outputs(stream.outputs, alone.outputs, f"branch {stream.branch} on its device vs alone")
+
+
+def test_a_shared_decision_that_says_compute_computes_the_step_and_feeds_the_history(transformer):
+    """On several devices each decided call asks the devices' vote (``share_decisions``): it is asked with the
+    stream's own decision, and a "no" on a step the schedule forecasts computes that step in full (reason
+    ``other_device``), whose feature then joins the history like any computed step's."""
+    asked: list[tuple[int, bool]] = []
+    stream = Stream(COND, 1)
+    with open_forecast(transformer, TURBO, conds_per_step=1) as run:
+        run.share_decisions(lambda own, ballot: asked.append((len(asked), own)) or (own and len(asked) - 1 != 4))
+        for i in range(STEPS):
+            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
+                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        run.stop_sharing()
+    record = record_of(run)
+    assert asked == [(step, step in TURBO_FORECAST) for step in range(STEPS)], "every decided call votes, own first"
+    assert record.cached_steps == [2, 6] and record.step_reasons[4] == "other_device"
+    blocks = len(transformer.transformer_blocks)
+    assert [c[3] for c in record.call_log] == [0 if step in (2, 6) else blocks for step in range(STEPS)]
+    # The run without the vote forecasts step 4 from steps 1 and 3; here it is computed.
+    alone = Stream(COND, 1)
+    sample_single(transformer, TURBO, alone)
+    assert_same_outputs(stream.outputs[:4], alone.outputs[:4], "the steps before the overruled one")
+    assert not torch.equal(stream.outputs[4], alone.outputs[4]), "step 4 computed, not forecast"

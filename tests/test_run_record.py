@@ -13,6 +13,7 @@ import threading
 
 from cache_runs import NODE, COND, FAST, FAST_MASK_CACHED, SIGMAS, STEPS, UNCOND, Stream, forward, run_split, seeded_transformer
 from krea2_cachedit.adapters import registry, run_record
+from krea2_cachedit.adapters.cache_run import CacheRun
 from krea2_cachedit.adapters.multi_device import DeviceModel, MultiDeviceRun
 from krea2_cachedit.adapters.run_record import RunMeta
 from krea2_cachedit.adapters.settings import plan_run
@@ -31,7 +32,8 @@ def run_on_two_devices() -> tuple[MultiDeviceRun, StepClock]:
     devices = [DeviceModel(label, registry.resolve(copy), copy, conds_per_step=1)
                for label, copy in zip(("cuda:0", "cuda:1"), copies)]
     clock = StepClock(SIGMAS)
-    run = MultiDeviceRun(devices, plan_run(FAST, clock.steps, devices[0].target.num_blocks, NODE), clock, node_name=NODE)
+    run = MultiDeviceRun(devices, plan_run(FAST, clock.steps, devices[0].target.num_blocks, NODE), clock,
+                         run_type=CacheRun, node_name=NODE)
     streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7)]
     with run:
         device_runs = run.routes()
