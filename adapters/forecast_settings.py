@@ -81,13 +81,19 @@ class ForecastPlan:
     warnings: tuple[str, ...] = ()
     mask_name: str = "forecast schedule"
 
+    def record_parts(self, observations, streams: list[dict]) -> dict:
+        """Nothing of the record is the forecast's own beyond ``method`` (no threshold, no calibrator)."""
+        return {}
+
     def computes(self, step: int) -> bool:
         return step >= self.steps or bool(self.mask[step])
+
+    skipped_state = "forecast"   # what the record calls a step whose blocks were skipped
 
     def method_summary(self) -> dict:
         """The method as the record shows it: its name and what it ran with."""
         forecast, schedule = self.settings.forecast, self.settings.schedule
-        return {"name": "whole_call_forecast", "served": "forecast", "preset": self.settings.preset,
+        return {"name": "forecast", "preset": self.settings.preset,
                 **dataclasses.asdict(forecast), **dataclasses.asdict(schedule),
                 "computed_steps": [step for step, computed in enumerate(self.mask) if computed]}
 

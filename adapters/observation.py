@@ -1,6 +1,6 @@
 """What the engine saw of one sampling run, handed out when the run ends.
 
-A ``CacheRun`` (one per device) routes the calls; while it runs it only appends one
+A run (``SamplingRun``, one per device) routes the calls; while it runs it only appends one
 ``Call`` per model call. When it ends it returns a frozen ``RunObservation``: the
 calls, the call layout it settled on, an account of each stream (for DBCache its
 residual trace with the rules of its cache context), and its warnings. The run hands out a ``RunOutcome`` (its plan, clock
@@ -66,15 +66,17 @@ class Call:
     step: int
     branches: tuple[int, ...]   # cond_or_uncond of the call (0 = cond, 1 = uncond)
     stream: object              # what makes calls share a residual cache (cache_run.StreamKey)
-    served: bool                # by cache-dit; False: an extra call computed in full outside the cache
-    cached: bool                # served and cache-dit skipped the middle blocks
+    routed: bool                # one of the step's streams, decided by the method; False: an extra call computed
+                                # in full around it
+    skipped: bool               # the method skipped the call's blocks: cached by DBCache (its middle blocks), or
+                                # forecast (all of them)
     blocks_run: int             # transformer blocks actually evaluated
     sigma: object               # the sigma the sampler called the model at (a tensor until the record reads it)
     timer: CallTimer
     thread: str                 # the thread the call ran on (several devices run side by side)
     # Several block lists only: per list (in loop order), whether cache-dit skipped its middle blocks.
-    # ``cached`` is True when every list did; a call where only some did is counted here.
-    list_cached: tuple[bool, ...] = ()
+    # ``skipped`` is True when every list did; a call where only some did is counted here.
+    list_skipped: tuple[bool, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

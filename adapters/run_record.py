@@ -17,10 +17,8 @@ from typing import Sequence
 
 import torch
 
-from .calibrators import calibrator_summary
 from .observation import Call, ParallelOutcome, RunObservation, RunOutcome
 from .stream_report import StreamReport
-from .threshold_advisor import suggest_thresholds
 from .strict_json import finite_or_null, replaced_warning
 
 logger = logging.getLogger(__name__)
@@ -43,37 +41,49 @@ class RunMeta:
 
 @dataclasses.dataclass
 class RunRecord:
-    node_id: str
-    prompt_id: str
-    model: str
-    method: dict                  # {"name": "dbcache", ...} or {"name": "whole_call_forecast", what it ran with}; "served":
-                                  # what its cached_steps are ("cached", "forecast")
-    steps_mask: str
-    mask: list[int] | None        # the step mask built for this run (1 = compute), None without one
-    steps: int
-    sigmas: list                  # the run's sigma schedule (steps + 1 values)
-    cfg: float
-    guidance: dict                # the guider and the scales it really uses (e.g. cfg1/cfg2 of dual CFG)
-    cfg_mode: str | None          # "none", "batched" or "split"; None when no model call was made
-    has_separate_cfg: bool
-    settings: dict
-    cached_steps: list[int]
-    partial_steps: list[int]
-    step_states: list[str]
-    calls: int
-    extra_calls: int
-    cache_contexts: int           # > 1 when the call layout changed mid-run and a fresh context started
-    block_evals: int
-    block_evals_uncached: int
-    call_log: list[list]          # per call: [step, branches, served_by_cache_dit, blocks_run, sigma]
-    status: str                   # "ok", "interrupted", "error", or "skipped" (left uncached, see warnings)
-    warnings: list[str]
-    duration_s: float
-    estimated_uncached_s: float   # the same run had nothing been cached, from its own call timings
-    residual_diffs: list          # per step: relative Fn residual change vs the last computed step (max over streams)
-    step_reasons: list            # per step: why it was computed or cached (warmup, mask, threshold, ...)
-    streams: list                 # per stream and context: its diffs, cached steps and reasons
-    threshold_suggestions: list   # [{"threshold", "range", "cached_steps"}], by threshold
+    """Every field has the value of a run that did nothing: a record left uncached says only what it must."""
+
+    node_id: str = ""
+    prompt_id: str = ""
+    model: str = ""                   # the family's name ("" for a run left uncached)
+    method: dict = dataclasses.field(default_factory=dict)   # {"name": "dbcache"} or {"name": "forecast", what it
+                                                              # ran with}; empty for a run left uncached
+    steps_mask: str = "none"
+    mask: list[int] | None = None     # the step mask built for this run (1 = compute), None without one
+    steps: int = 0
+    sigmas: list = dataclasses.field(default_factory=list)   # the run's sigma schedule (steps + 1 values)
+    cfg: float = 1.0
+    guidance: dict = dataclasses.field(default_factory=dict)  # the guider and the scales it really uses
+    cfg_mode: str | None = None       # "none", "batched" or "split"; None when no model call was made
+    has_separate_cfg: bool = False
+    settings: dict = dataclasses.field(default_factory=dict)
+    # Per step what happened: "computed", "cached" (DBCache skipped its middle blocks in every decided call),
+    # "forecast" (whole-call forecasting ran none of its blocks in every decided call), "partial" (some of the
+    # step's calls did), or "uncached" (a run left uncached).
+    step_states: list[str] = dataclasses.field(default_factory=list)
+    cached_steps: list[int] = dataclasses.field(default_factory=list)     # DBCache's cached steps
+    forecast_steps: list[int] = dataclasses.field(default_factory=list)   # whole-call forecasting's forecast steps
+    partial_steps: list[int] = dataclasses.field(default_factory=list)
+    calls: int = 0
+    extra_calls: int = 0              # calls outside the step's streams, computed in full around the method
+    cache_contexts: int = 0           # > 1 when the call layout changed mid-run and a fresh context started
+    block_evals: int = 0
+    block_evals_uncached: int = 0
+    call_log: list[list] = dataclasses.field(default_factory=list)   # per call: [step, branches, decided by the
+                                                                       # method, blocks_run, sigma]
+    status: str = "ok"                # "ok", "interrupted", "error", or "skipped" (left uncached, see warnings)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    duration_s: float = 0.0
+    estimated_uncached_s: float = 0.0   # the same run had nothing been skipped, from its own call timings
+    residual_diffs: list = dataclasses.field(default_factory=list)   # per step: DBCache's relative Fn residual
+                                                                      # change vs the last computed step (max over
+                                                                      # streams); None where not measured
+    step_reasons: list = dataclasses.field(default_factory=list)   # per step: why it was computed or skipped
+    streams: list = dataclasses.field(default_factory=list)        # per stream and context: its steps and reasons
+    # The method's own parts (``plan.record_parts``): DBCache's threshold suggestions
+    # [{"threshold", "range", "cached_steps"}] and the calibrator that ran with the parameters it read.
+    threshold_suggestions: list = dataclasses.field(default_factory=list)
+    calibrator: dict | None = None
     # Multi-device runs: one summary per device (calls, threads, cached steps, its own CFG mode),
     # and the block evaluations of the busiest device per step [with the cache, without], which the
     # wall time follows when the devices run side by side. Empty / None on one device.
@@ -83,9 +93,14 @@ class RunRecord:
     text_path: dict | None = None
     # Models with several block lists (Flux: double, then single blocks), each its own cache context:
     # per list {"blocks", "size", "cached_steps", "partial_steps"}, where a step counts for a list as
-    # for the run (every served call of the step, on every device, skipped that list's middle blocks).
+    # for the run (every decided call of the step, on every device, skipped that list's middle blocks).
     # A step is in the run's ``cached_steps`` only when every list skipped it. Empty for one list.
     block_lists: list = dataclasses.field(default_factory=list)
+
+    @property
+    def skipped_steps(self) -> list[int]:
+        """The steps whose blocks the method skipped, whichever method it was (cached or forecast)."""
+        return sorted(self.cached_steps + self.forecast_steps)
 
     @property
     def estimated_speedup(self) -> float:
@@ -111,11 +126,6 @@ class RunRecord:
     def device_count(self) -> int:
         return max(1, len(self.devices))
 
-    @property
-    def calibrator(self) -> dict | None:
-        """The calibrator that ran and the parameters it read (None for a run left uncached)."""
-        return calibrator_summary(self.settings, self.streams)
-
     def as_dict(self) -> dict:
         """The record as strict JSON data: a non-finite number becomes None, with a warning saying where."""
         # The fields as they are: ``finite_or_null`` copies every dict and list on its way (a deep copy
@@ -125,7 +135,7 @@ class RunRecord:
         data["ideal_speedup"] = round(self.ideal_speedup, 4)
         data["estimated_speedup"] = round(self.estimated_speedup, 4)
         data["estimated_saved_s"] = round(self.estimated_saved_s, 4)
-        data["calibrator"] = self.calibrator
+        data["skipped_steps"] = self.skipped_steps
         data["device_count"] = self.device_count
         data, replaced = finite_or_null(data)
         if replaced:
@@ -133,22 +143,26 @@ class RunRecord:
         return data
 
     def log_line(self, node_name: str) -> str:
-        served = self.method.get("served", "cached")   # forecast steps, for whole-call forecasting
-        return (f"{node_name} [node {self.node_id or '?'}]: {served} steps {len(self.cached_steps)}/{self.steps}"
+        skipped, word = ((self.forecast_steps, "forecast") if self.method.get("name") == "forecast" else
+                         (self.cached_steps, "cached"))
+        return (f"{node_name} [node {self.node_id or '?'}]: {word} steps {len(skipped)}/{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
-                f"has_separate_cfg={self.has_separate_cfg}, calibrator {_calibrator_text(self.calibrator)}, "
+                f"has_separate_cfg={self.has_separate_cfg}, {_method_text(self.method, self.calibrator)}, "
                 f"{f'{self.device_count} devices, ' if self.device_count > 1 else ''}"
                 f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
                 f"{'' if self.status == 'ok' else f', run {self.status}'}")
 
 
-def _calibrator_text(calibrator: dict | None) -> str:
+def _method_text(method: dict, calibrator: dict | None) -> str:
+    """What ran besides the counts: a forecast's forecaster and preset, or DBCache's calibrator."""
+    if method.get("name") == "forecast":
+        return f"forecast {method.get('forecast')} (preset {method.get('preset')})"
     if not calibrator:
-        return "none"
+        return "calibrator none"
     parameters = [f"{key}={value}" for key, value in calibrator.items() if key != "name"]
-    return calibrator["name"] + (f" ({', '.join(parameters)})" if parameters else "")
+    return "calibrator " + calibrator["name"] + (f" ({', '.join(parameters)})" if parameters else "")
 
 
 # --- building --------------------------------------------------------------------------------
@@ -176,15 +190,16 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
     plan, clock, observations, parallel = outcome.plan, outcome.clock, outcome.observations, outcome.parallel
     steps = clock.steps
     overridden = parallel.overridden if parallel else {}
-    devices = [_DeviceView(o, steps) for o in observations]
+    devices = [_DeviceView(o, steps, plan.skipped_state) for o in observations]
     calls = [call for o in observations for call in o.calls]
-    states, cached, partial = summarize_steps(calls, steps)
+    word = plan.skipped_state
+    states, skipped, partial = summarize_steps(calls, steps, word)
     working = [d for d in devices if d.observation.calls]
     modes = [d.observation.cfg_mode for d in working]
     seconds = [d.seconds for d in devices]
     duration = parallel.wall_s if parallel else sampling_seconds(observations[0].calls)
     sigmas = [call_sigmas(o.calls) for o in observations]   # one device read each
-    settings = plan.settings
+    streams = [stream for d in devices for stream in d.streams(overridden, labelled=parallel is not None)]
     return RunRecord(
         node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=outcome.model,
         method=plan.method_summary(), steps_mask=plan.mask_name, mask=list(plan.mask) if plan.mask else None,
@@ -192,8 +207,9 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
         # "split" across devices: the step's conds went to several devices (each one's own mode is in ``devices``).
         cfg_mode="split" if len(modes) > 1 else (modes[0] if modes else observations[0].cfg_mode),
         has_separate_cfg=any(o.has_separate_cfg for o in observations),
-        settings=dataclasses.asdict(settings), cached_steps=cached, partial_steps=partial, step_states=states,
-        calls=len(calls), extra_calls=sum(not c.served for c in calls),
+        settings=dataclasses.asdict(plan.settings), step_states=states, partial_steps=partial,
+        cached_steps=skipped if word == "cached" else [], forecast_steps=skipped if word == "forecast" else [],
+        calls=len(calls), extra_calls=sum(not c.routed for c in calls),
         cache_contexts=max(o.cache_contexts for o in observations),
         call_log=_call_log(observations, sigmas, merged=parallel is not None),
         block_evals=sum(c.blocks_run for c in calls),
@@ -204,9 +220,8 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
         estimated_uncached_s=round(estimate_uncached_seconds(duration, observations, seconds), 4),
         residual_diffs=[_max_or_none(d.diffs[s] for d in devices) for s in range(steps)],
         step_reasons=[_step_reason(working, step, state, overridden) for step, state in enumerate(states)],
-        streams=[stream for d in devices for stream in d.streams(overridden, labelled=parallel is not None)],
-        threshold_suggestions=suggest_thresholds([s.advisor_input for o in observations for s in o.streams
-                                                  if s.advisor_input is not None]),
+        streams=streams,
+        **plan.record_parts(observations, streams),
         devices=[d.summary(own) for d, own in zip(devices, sigmas)] if parallel else [],
         parallel_block_evals=list(parallel_block_evals(observations)) if parallel else None,
         text_path=_text_path(observations),
@@ -218,9 +233,9 @@ def _block_lists(observations: Sequence[RunObservation], steps: int) -> list[dic
     """Each block list's own cached steps over the devices' calls (several lists only)."""
     lists = []
     for position, (attr, size) in enumerate(observations[0].block_lists):
-        per_list = [dataclasses.replace(call, cached=call.list_cached[position]) if call.list_cached else call
+        per_list = [dataclasses.replace(call, skipped=call.list_skipped[position]) if call.list_skipped else call
                     for observation in observations for call in observation.calls]
-        _, cached, partial = summarize_steps(per_list, steps)
+        _, cached, partial = summarize_steps(per_list, steps, "cached")
         lists.append({"blocks": attr, "size": size, "cached_steps": cached, "partial_steps": partial})
     return lists
 
@@ -235,21 +250,18 @@ def _text_path(observations: Sequence[RunObservation]) -> dict | None:
 
 def skipped_record(steps: int, meta: RunMeta, reason: str) -> RunRecord:
     """The record of a run the pack left uncached on purpose, saying why."""
-    return RunRecord(
-        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model="", method={}, steps_mask="none", mask=None,
-        steps=steps, sigmas=[], cfg=meta.cfg, guidance=dict(meta.guidance), cfg_mode=None, has_separate_cfg=False,
-        settings={}, cached_steps=[], partial_steps=[], step_states=["uncached"] * steps, calls=0, extra_calls=0,
-        cache_contexts=0, block_evals=0, block_evals_uncached=0, call_log=[], status="skipped",
-        warnings=[reason, *meta.warnings], duration_s=0.0, estimated_uncached_s=0.0,
-        residual_diffs=[None] * steps, step_reasons=["skipped"] * steps, streams=[], threshold_suggestions=[])
+    return RunRecord(node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), steps=steps, cfg=meta.cfg,
+                     guidance=dict(meta.guidance), step_states=["uncached"] * steps, status="skipped",
+                     warnings=[reason, *meta.warnings], residual_diffs=[None] * steps,
+                     step_reasons=["skipped"] * steps)
 
 
 class _DeviceView:
     """One observation's own step states and diagnostics (what a device decided by its own rules)."""
 
-    def __init__(self, observation: RunObservation, steps: int):
-        self.observation = observation
-        self.states, self.cached, self.partial = summarize_steps(observation.calls, steps)
+    def __init__(self, observation: RunObservation, steps: int, word: str):
+        self.observation, self.word = observation, word
+        self.states, self.skipped, self.partial = summarize_steps(observation.calls, steps, word)
         self.diffs: list[float | None] = [None] * steps
         self.reasons: list[str | None] = [None] * steps
         self._streams: list[dict] = []
@@ -258,14 +270,14 @@ class _DeviceView:
             self._add_stream(account.report())
 
     def _add_stream(self, report: StreamReport) -> None:
-        cached = set(report.cached_steps)
+        skipped = set(report.skipped_steps)
         for step, value, reason in zip(report.steps, report.residual_diffs, report.step_reasons):
             if value is not None and (self.diffs[step] is None or value > self.diffs[step]):
                 self.diffs[step] = value
             # A step's reason is that of a stream whose outcome is the step's outcome.
-            if self.reasons[step] is None or (self.states[step] != "cached" and step not in cached):
+            if self.reasons[step] is None or (self.states[step] != self.word and step not in skipped):
                 self.reasons[step] = reason
-        self._streams.append(report.as_dict())
+        self._streams.append(report.as_dict(self.word))
 
     def streams(self, overridden: dict[int, dict[str | None, list[str]]], labelled: bool) -> list[dict]:
         if not labelled:
@@ -280,11 +292,11 @@ class _DeviceView:
         o = self.observation
         return {"device": o.device, "calls": len(o.calls), "threads": sorted({c.thread for c in o.calls}),
                 "module_id": o.module_id, "cfg_mode": o.cfg_mode, "has_separate_cfg": o.has_separate_cfg,
-                "cache_contexts": o.cache_contexts, "cached_steps": self.cached, "partial_steps": self.partial,
+                "cache_contexts": o.cache_contexts, f"{self.word}_steps": self.skipped, "partial_steps": self.partial,
                 "block_evals": sum(c.blocks_run for c in o.calls),
                 **({"block_lists": _block_lists([o], len(self.states))} if o.block_lists else {}),
-                # per call: [step, branches, served_by_cache_dit, blocks_run, sigma, thread]
-                "call_log": [[c.step, list(c.branches), c.served, c.blocks_run, sigma, c.thread]
+                # per call: [step, branches, decided by the method, blocks_run, sigma, thread]
+                "call_log": [[c.step, list(c.branches), c.routed, c.blocks_run, sigma, c.thread]
                              for c, sigma in zip(o.calls, sigmas)]}
 
 
@@ -305,35 +317,37 @@ def _warnings(plan, clock, observations, meta: RunMeta, parallel: ParallelOutcom
 
 
 def _call_log(observations: Sequence[RunObservation], sigmas: list[list[float]], merged: bool) -> list[list]:
-    """Per call: [step, branches, served, blocks_run, sigma]; several devices' by step, then device."""
+    """Per call: [step, branches, decided by the method, blocks_run, sigma]; several devices' by step, then
+    device."""
     entries = []
     for index, (observation, own) in enumerate(zip(observations, sigmas)):
         for order, (call, sigma) in enumerate(zip(observation.calls, own)):
-            entry = [call.step, list(call.branches), call.served, call.blocks_run, sigma]
+            entry = [call.step, list(call.branches), call.routed, call.blocks_run, sigma]
             entries.append(((call.step, index, order), entry))
     if merged:
         entries.sort(key=lambda item: item[0])
     return [entry for _, entry in entries]
 
 
-def summarize_steps(calls: Sequence[Call], steps: int) -> tuple[list[str], list[int], list[int]]:
-    """Per-step state from the calls cache-dit served: all cached, some, or none."""
-    served: dict[int, list[bool]] = collections.defaultdict(list)
+def summarize_steps(calls: Sequence[Call], steps: int, word: str) -> tuple[list[str], list[int], list[int]]:
+    """Per-step state from the calls the method decided: all skipped (``word``: "cached" or "forecast"), some
+    ("partial"), or none ("computed"); and the steps of the first two states."""
+    decided: dict[int, list[bool]] = collections.defaultdict(list)
     for call in calls:
-        if call.served:
-            served[call.step].append(call.cached)
+        if call.routed:
+            decided[call.step].append(call.skipped)
     states = []
     for step in range(steps):
-        flags = served.get(step, [])
+        flags = decided.get(step, [])
         if flags and all(flags):
-            states.append("cached")
+            states.append(word)
         elif any(flags):
             states.append("partial")
         else:
             states.append("computed")
-    cached = [i for i, s in enumerate(states) if s == "cached"]
+    skipped = [i for i, s in enumerate(states) if s == word]
     partial = [i for i, s in enumerate(states) if s == "partial"]
-    return states, cached, partial
+    return states, skipped, partial
 
 
 def call_sigmas(calls: Sequence[Call]) -> list[float]:
@@ -369,10 +383,10 @@ def estimate_uncached_seconds(duration_s: float, observations: Sequence[RunObser
     for device, (observation, timings) in enumerate(zip(observations, seconds)):
         full: dict[object, list[float]] = {}
         for call, spent in zip(observation.calls, timings):
-            if call.served and not call.cached:
+            if call.routed and not call.skipped:
                 full.setdefault(call.stream, []).append(spent)
         for call, spent in zip(observation.calls, timings):
-            would = statistics.median(full[call.stream]) if call.cached and full.get(call.stream) else spent
+            would = statistics.median(full[call.stream]) if call.skipped and full.get(call.stream) else spent
             actual[call.step][device] += spent
             uncached[call.step][device] += max(would, spent)
     saved = sum(max(uncached[step].values()) - max(actual[step].values()) for step in actual)

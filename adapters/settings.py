@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .calibrators import check_calibrator
+from .calibrators import calibrator_summary, check_calibrator
+from .threshold_advisor import suggest_thresholds
 
 STEP_MASKS = ("none", "slow", "medium", "fast", "ultra")
 
@@ -98,9 +99,18 @@ class RunPlan:
         """The mask's name in the record: the node's step mask policy."""
         return self.settings.steps_mask
 
+    skipped_state = "cached"   # what the record calls a step whose middle blocks were skipped
+
     def method_summary(self) -> dict:
         """The method as the record shows it (its settings are the record's ``settings``)."""
-        return {"name": "dbcache", "served": "cached"}
+        return {"name": "dbcache"}
+
+    def record_parts(self, observations, streams: list[dict]) -> dict:
+        """DBCache's own parts of the record: the thresholds that would have cached other steps, and the
+        calibrator that ran with the parameters it read."""
+        advisor_input = [s.advisor_input for o in observations for s in o.streams if s.advisor_input is not None]
+        return {"threshold_suggestions": suggest_thresholds(advisor_input),
+                "calibrator": calibrator_summary(dataclasses.asdict(self.settings), streams)}
 
     def mask_from(self, start_step: int) -> list[int] | None:
         """The rest of the mask for a context starting at ``start_step``; its first step computes."""

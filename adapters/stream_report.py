@@ -19,16 +19,18 @@ class StreamReport:
     context: int                       # the cache context (a new one starts when the call layout changes)
     start_step: int
     steps: list[int]                   # the steps this stream was served in, in order
-    cached_steps: list[int]            # of those, the ones served from the cache or forecast
+    skipped_steps: list[int]           # of those, the ones whose blocks the method skipped (cached or forecast)
     step_reasons: list[str]            # why each of ``steps`` went as it did
     residual_diffs: list[float | None]  # DBCache's measured change per step of ``steps`` (None: not measured)
     blocks: str | None = None          # the block list, when the model has several (each its own context)
 
-    def as_dict(self) -> dict:
+    def as_dict(self, word: str) -> dict:
+        """The record's entry; ``word`` names the skipped steps as the method's record does ("cached_steps",
+        "forecast_steps")."""
         return {"branches": list(self.branches), "context": self.context,
                 **({"blocks": self.blocks} if self.blocks is not None else {}),
                 "start_step": self.start_step, "residual_diffs": list(self.residual_diffs), "steps": list(self.steps),
-                "cached_steps": list(self.cached_steps), "step_reasons": list(self.step_reasons)}
+                f"{word}_steps": list(self.skipped_steps), "step_reasons": list(self.step_reasons)}
 
 
 class StreamAccount(Protocol):

@@ -37,8 +37,8 @@ def forecast_prompt(family: str, preset: str = "turbo_5_of_8", custom: dict | No
 def check_forecast(record: dict, family: str, calls_per_step: int):
     spec = FAMILIES[family]
     assert record["status"] == "ok" and record["model"] == spec.name and record["node_id"] == "5"
-    assert record["method"]["name"] == "whole_call_forecast" and record["method"]["preset"] == "turbo_5_of_8"
-    assert record["cached_steps"] == FORECAST_STEPS and record["step_reasons"] == REASONS
+    assert record["method"]["name"] == "forecast" and record["method"]["preset"] == "turbo_5_of_8"
+    assert record["forecast_steps"] == FORECAST_STEPS and record["step_reasons"] == REASONS
     assert record["calls"] == 8 * calls_per_step
     # A forecast call runs no block; a computed one every block.
     assert [call[3] for call in record["call_log"]] == [
@@ -63,7 +63,7 @@ def check_every_cfg_layout(server, family: str, build=lambda graph: graph, seed:
     check_forecast(split, family, calls_per_step=2)
     assert (split["cfg_mode"], split["has_separate_cfg"]) == ("split", True)
     assert sorted(s["branches"] for s in split["streams"]) == [[0], [1]], "a history per stream"
-    assert all(s["cached_steps"] == FORECAST_STEPS for s in split["streams"])
+    assert all(s["forecast_steps"] == FORECAST_STEPS for s in split["streams"])
 
 
 @every_family
@@ -78,7 +78,7 @@ def test_forecasting_nothing_is_bit_identical_to_no_node(server, uncached_latent
     plain = uncached_latent(server, family, cfg=3.5, neg_tokens=neg_tokens, seed=seed)
     entry, [record] = server.run_with_stats(forecast_prompt(family, "custom", NOTHING, cfg=3.5, neg_tokens=neg_tokens,
                                                             seed=seed, prefix="nothing"))
-    assert record["cached_steps"] == [] and record["method"]["computed_steps"] == list(range(8))
+    assert record["forecast_steps"] == [] and record["method"]["computed_steps"] == list(range(8))
     assert torch.equal(server.saved_latent(entry, "7"), plain)
 
 
@@ -87,7 +87,7 @@ def test_a_corrector_samplers_further_calls_are_computed_and_kept_out(server, fa
     """heun calls the model again at each step's next sigma: those calls are computed in full and the
     first evaluation of each step follows the schedule, on one stream and on two lists (Flux)."""
     _, [record] = server.run_with_stats(forecast_prompt(family, cfg=1.0, seed=83, sampler="heun"))
-    assert record["cached_steps"] == FORECAST_STEPS
+    assert record["forecast_steps"] == FORECAST_STEPS
     extra = [call for call in record["call_log"] if not call[2]]
     assert len(extra) == 7 and all(call[3] == FAMILIES[family].blocks for call in extra)
 
@@ -133,7 +133,7 @@ def test_a_lora_before_or_after_the_node_gives_the_same_image(comfy_server, lora
                                                        1.0, "cache_first"))
     no_lora = run_ok(comfy_server, forecast_prompt("krea2", seed=85, prefix="f_lora_none"))
     before, after, no_lora = (comfy_server.saved_latent(e, "7") for e in (before, after, no_lora))
-    assert b["cached_steps"] == a["cached_steps"] == FORECAST_STEPS
+    assert b["forecast_steps"] == a["forecast_steps"] == FORECAST_STEPS
     assert torch.equal(before, after)
     assert not torch.equal(before, no_lora), "the LoRA must change the image, or the check says nothing"
 
@@ -145,7 +145,7 @@ def test_torch_compile_before_the_node_forecasts_the_same_steps(server, family):
     prompt["20"] = {"class_type": "TorchCompileModel", "inputs": {"model": ["1", 0], "backend": "inductor"}}
     prompt["5"]["inputs"]["model"] = ["20", 0]
     entry, [record] = server.run_with_stats(prompt, timeout=1200)
-    assert record["cached_steps"] == eager_record["cached_steps"] == FORECAST_STEPS
+    assert record["forecast_steps"] == eager_record["forecast_steps"] == FORECAST_STEPS
     assert record["block_evals"] == eager_record["block_evals"]
     compiled, reference = server.saved_latent(entry, "7"), server.saved_latent(eager, "7")
     assert float((compiled - reference).norm() / reference.norm()) < 1e-3
@@ -163,13 +163,13 @@ def test_on_two_devices_each_forecasts_its_own_conds(comfy_server, uncached_late
     plain["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}
     plain["6"]["inputs"]["model"] = ["20", 0]
     entry, [off] = comfy_server.run_with_stats(nothing)
-    assert off["device_count"] == 2 and off["cached_steps"] == []
+    assert off["device_count"] == 2 and off["forecast_steps"] == []
     assert torch.equal(comfy_server.saved_latent(entry, "7"), comfy_server.saved_latent(run_ok(comfy_server, plain),
                                                                                        "7"))
     _, [record] = comfy_server.run_with_stats(two_devices(forecast_prompt("krea2", cfg=3.5, neg_tokens=13, seed=87,
                                                                           prefix="f_mgpu")))
-    assert record["device_count"] == 2 and record["cached_steps"] == FORECAST_STEPS
-    assert [d["cached_steps"] for d in record["devices"]] == [FORECAST_STEPS, FORECAST_STEPS]
+    assert record["device_count"] == 2 and record["forecast_steps"] == FORECAST_STEPS
+    assert [d["forecast_steps"] for d in record["devices"]] == [FORECAST_STEPS, FORECAST_STEPS]
 
 
 def test_easycache_on_the_same_model_leaves_the_run_to_it(comfy_server):
@@ -191,7 +191,7 @@ def test_a_dbcache_node_before_it_is_replaced_and_says_so(comfy_server):
     prompt["6"]["inputs"]["model"] = ["15", 0]
     _, runs = comfy_server.run_with_stats(prompt, node_id=None, runs=2)
     by_node = {r["node_id"]: r for r in runs}
-    assert by_node["5"]["status"] == "skipped" and by_node["15"]["cached_steps"] == FORECAST_STEPS
+    assert by_node["5"]["status"] == "skipped" and by_node["15"]["forecast_steps"] == FORECAST_STEPS
     assert "Cache-DiT Spectrum (whole-call forecast) node 15 after this one" in by_node["5"]["warnings"][0]
 
 

@@ -58,7 +58,7 @@ def test_a_run_that_forecasts_nothing_is_the_plain_model(transformer):
     plain = plain_outputs(transformer, Stream(COND, 1))
     forecast = Stream(COND, 1)
     record = record_of(sample_single(transformer, NOTHING, forecast))
-    assert record.cached_steps == [] and record.block_evals == STEPS * len(transformer.transformer_blocks)
+    assert record.forecast_steps == [] and record.block_evals == STEPS * len(transformer.transformer_blocks)
     assert_same_outputs(forecast.outputs, plain, "nothing forecast")
 
 
@@ -67,11 +67,16 @@ def test_the_schedule_forecasts_its_steps_and_they_run_no_block(transformer):
     run = sample_single(transformer, TURBO, stream)
     record = record_of(run)
     blocks = len(transformer.transformer_blocks)
-    assert record.cached_steps == TURBO_FORECAST and record.mask == [1, 1, 0, 1, 0, 1, 0, 1]
+    assert record.forecast_steps == TURBO_FORECAST and record.mask == [1, 1, 0, 1, 0, 1, 0, 1]
+    assert record.cached_steps == [] and record.skipped_steps == TURBO_FORECAST, "nothing here is DBCache's"
+    assert record.step_states == ["forecast" if step in TURBO_FORECAST else "computed" for step in range(STEPS)]
+    assert record.log_line("node").startswith(f"node [node ?]: forecast steps 3/{STEPS}, ")
+    assert "forecast linear (preset turbo_5_of_8)" in record.log_line("node")
+    assert record.calibrator is None and [s["forecast_steps"] for s in record.as_dict()["streams"]] == [TURBO_FORECAST]
     assert [c[3] for c in record.call_log] == [0 if step in TURBO_FORECAST else blocks for step in range(STEPS)]
     assert record.step_reasons == ["warmup", "warmup", "forecast", "schedule", "forecast", "schedule", "forecast",
                                    "final_steps"]
-    assert record.method["name"] == "whole_call_forecast" and record.method["preset"] == "turbo_5_of_8"
+    assert record.method["name"] == "forecast" and record.method["preset"] == "turbo_5_of_8"
     assert record.method["computed_steps"] == [0, 1, 3, 5, 7]
     assert record.residual_diffs == [None] * STEPS and record.threshold_suggestions == []
     plain = plain_outputs(transformer, Stream(COND, 1))
@@ -121,7 +126,7 @@ def test_batched_cond_and_uncond_share_one_history_for_the_batch(transformer):
     record = record_of(run)
     assert (record.cfg_mode, record.has_separate_cfg) == ("batched", False)
     assert len(record.streams) == 1 and record.streams[0]["branches"] == [UNCOND, COND]
-    assert record.cached_steps == TURBO_FORECAST
+    assert record.forecast_steps == TURBO_FORECAST
 
 
 def test_a_layout_change_starts_fresh_histories(transformer):
@@ -142,7 +147,7 @@ def test_a_layout_change_starts_fresh_histories(transformer):
     for stream in later:   # steps 4 and 5 fill the fresh history; step 6 is forecast from it
         assert stream["steps"] == [4, 5, 6, 7]
         assert stream["step_reasons"] == ["history", "schedule", "forecast", "final_steps"]
-    assert record.cached_steps == [2, 6]
+    assert record.forecast_steps == [2, 6]
 
 
 def test_a_further_call_in_a_step_is_computed_and_kept_out_of_the_history(transformer):
@@ -161,7 +166,7 @@ def test_a_further_call_in_a_step_is_computed_and_kept_out_of_the_history(transf
     blocks = len(transformer.transformer_blocks)
     extra = [c for c in record.call_log if not c[2]]
     assert len(extra) == STEPS and all(c[3] == blocks for c in extra), "further calls are computed in full"
-    assert record.cached_steps == TURBO_FORECAST
+    assert record.forecast_steps == TURBO_FORECAST
     alone = Stream(COND, 1)
     sample_single(transformer, TURBO, alone)
     assert_same_outputs(stream.outputs, alone.outputs, "the further calls changed no history")
@@ -214,8 +219,8 @@ def test_on_two_devices_each_forecasts_its_own_conds_alike():
             for thread in threads:
                 thread.join(timeout=60)
     record = record_of(run)
-    assert record.device_count == 2 and record.cached_steps == TURBO_FORECAST
-    assert [d["cached_steps"] for d in record.devices] == [TURBO_FORECAST, TURBO_FORECAST]
+    assert record.device_count == 2 and record.forecast_steps == TURBO_FORECAST
+    assert [d["forecast_steps"] for d in record.devices] == [TURBO_FORECAST, TURBO_FORECAST]
     for stream, (seed, tokens) in zip(streams, ((1, 5), (2, 7))):
         alone = Stream(stream.branch, seed, tokens=tokens)
         sample_single(copies[0], TURBO, alone)
@@ -237,7 +242,7 @@ def test_a_shared_decision_that_says_compute_computes_the_step_and_feeds_the_his
         run.stop_sharing()
     record = record_of(run)
     assert asked == [(step, step in TURBO_FORECAST) for step in range(STEPS)], "every decided call votes, own first"
-    assert record.cached_steps == [2, 6] and record.step_reasons[4] == "other_device"
+    assert record.forecast_steps == [2, 6] and record.step_reasons[4] == "other_device"
     blocks = len(transformer.transformer_blocks)
     assert [c[3] for c in record.call_log] == [0 if step in (2, 6) else blocks for step in range(STEPS)]
     # The run without the vote forecasts step 4 from steps 1 and 3; here it is computed.

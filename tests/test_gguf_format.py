@@ -181,6 +181,6 @@ def test_cached_steps_dequantize_only_the_blocks_they_compute(tmp_path):
                 out = forward(model, x, sigmas[i])
             x = x + (sigmas[i + 1] - sigmas[i]) * out
             per_step.append({name.split(".")[1] for name in dequantized})
-    assert [call.step for call in run.observation.calls if call.cached] == [3, 5, 6]
+    assert [call.step for call in run.observation.calls if call.skipped] == [3, 5, 6]
     every_block = {str(block) for block in range(SHAPE.layers)}
     assert per_step == [{"0"} if step in (3, 5, 6) else every_block for step in range(steps)]

@@ -84,12 +84,12 @@ def test_the_estimate_takes_each_steps_slowest_device():
     """On one device the saved time adds up per call; on two, per step the slower device counts."""
     one, _ = run_split(seeded_transformer(), FAST, (COND, UNCOND))
     [observation] = one.observations
-    seconds = [[0.1 if call.cached else 1.0 for call in observation.calls]]
+    seconds = [[0.1 if call.skipped else 1.0 for call in observation.calls]]
     # Six cached calls, each 0.9 s short of its stream's computed median.
     assert abs(run_record.estimate_uncached_seconds(10.0, [observation], seconds) - (10.0 + 6 * 0.9)) < 1e-9
     halves = [observation.calls[0::2], observation.calls[1::2]]   # cond, uncond
     split = [dataclasses.replace(observation, calls=tuple(calls)) for calls in halves]
-    per_device = [[0.1 if call.cached else 1.0 for call in calls] for calls in halves]
+    per_device = [[0.1 if call.skipped else 1.0 for call in calls] for calls in halves]
     per_device[1] = [2 * t for t in per_device[1]]   # the uncond device is twice as slow
     # Per cached step the slower device saves 1.8 s; the faster one's 0.9 s is hidden behind it.
     assert abs(run_record.estimate_uncached_seconds(10.0, split, per_device) - (10.0 + 3 * 1.8)) < 1e-9

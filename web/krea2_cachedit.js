@@ -1,5 +1,5 @@
 // Shows the stats of the last sampling run on each of the pack's cache nodes (Krea2CacheDiT,
-// CacheDiTDBCache, and CacheDiTSpectrum, whose forecast steps show as its "cached" ones).
+// CacheDiTDBCache, and CacheDiTSpectrum, whose steps show as "forecast" where the others' show "cached").
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
 // node.addDOMWidget, api events and fetchApi), and every style is
@@ -16,7 +16,8 @@ const NODE_CLASSES = new Set(["Krea2CacheDiT", "CacheDiTDBCache", "CacheDiTSpect
 const EVENT = "krea2_cachedit.stats";
 const WIDGET = "krea2_cache_stats";
 // "uncached": a run left to the model on purpose (skipped), where Cache-DiT does not know what ran.
-const STATE_COLORS = { cached: "#3f9f5f", partial: "#d0a030", computed: "#6b7280", uncached: "#2f333a" };
+const STATE_COLORS = { cached: "#3f9f5f", forecast: "#3f8fbf", partial: "#d0a030", computed: "#6b7280",
+  uncached: "#2f333a" };
 // Which Krea2CacheDiT node objects existed when each of this client's prompts
 // started, so a run's record lands only on the node it was computed for and never
 // on a same-id node of a workflow loaded (or cleared and rebuilt) meanwhile.
@@ -70,8 +71,8 @@ const REASONS = {
   forecast: "forecast from the computed steps",
 };
 
-// Whole-call forecasting runs: their "cached" steps are forecast steps, and no residual is measured.
-const isForecast = (record) => record.method?.name === "whole_call_forecast";
+// Whole-call forecasting runs: their steps are "forecast" ones (record.forecast_steps), and no residual is measured.
+const isForecast = (record) => record.method?.name === "forecast";
 
 // "spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8".
 function forecastText(method) {
@@ -248,8 +249,9 @@ function render(panel, record) {
   const out = rows(panel);
   const steps = record.steps;
   const partial = record.partial_steps?.length ? ` (+${record.partial_steps.length} partial)` : "";
-  const served = isForecast(record) ? "Forecast steps" : "Cached steps";
-  out.add(el("div", {}, `${served}: ${record.cached_steps.length}/${steps}${partial}`), LINE);
+  const [word, skipped] = isForecast(record) ? ["Forecast steps", record.forecast_steps]
+    : ["Cached steps", record.cached_steps];
+  out.add(el("div", {}, `${word}: ${(skipped ?? []).length}/${steps}${partial}`), LINE);
   if (record.status && record.status !== "ok") {
     // interrupted, error, or skipped (left uncached on purpose; the warning below says why)
     const status = el("div", { color: "#e0a040" }, `Run ${record.status}`);
@@ -285,7 +287,8 @@ function render(panel, record) {
     const line = el("div", {}, `Devices: ${devices.length} (${devices.map((d) => d.device).join(", ")})`);
     line.dataset.role = "devices";
     line.title = devices.map((d) => `${d.device}: ${d.calls} calls, CFG ${d.cfg_mode}, separate CFG ` +
-      `${d.has_separate_cfg ? "on" : "off"}, cached ${d.cached_steps.length}`).join("\n");
+      `${d.has_separate_cfg ? "on" : "off"}, ` +
+      (isForecast(record) ? `forecast ${d.forecast_steps.length}` : `cached ${d.cached_steps.length}`)).join("\n");
     out.add(line, LINE);
   }
 
@@ -302,9 +305,8 @@ function render(panel, record) {
   out.add(strip, 18);
 
   const legend = el("div", { fontSize: "10px", opacity: "0.8" });
-  for (const state of ["cached", "partial", "computed"]) {
-    const label = state === "cached" && isForecast(record) ? "forecast" : state;
-    legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${label} `));
+  for (const state of [isForecast(record) ? "forecast" : "cached", "partial", "computed"]) {
+    legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${state} `));
   }
   const chart = Array.isArray(record.residual_diffs) && record.residual_diffs.length > 0 && !isForecast(record);
   if (chart) legend.append(el("span", { color: CHART.threshold }, "━"), el("span", {}, " threshold"));
