@@ -91,8 +91,8 @@ def summarize_row(row: Measured, rows: dict[tuple, Measured]) -> dict:
     return {
         "case": row.case.name, "workload": row.workload, "variant": row.variant, "compiled": row.compiled,
         "steps": row.case.steps, "cfg": row.case.cfg, "cfg_mode": stats.get("cfg_mode"),
-        "cached": f"{len(stats['cached_steps'])}/{stats['steps']}" if stats else None,
-        "cached_steps": stats.get("cached_steps"),
+        "cached": f"{len(stats['skipped_steps'])}/{stats['steps']}" if stats else None,
+        "cached_steps": stats.get("skipped_steps"),
         "seconds": row.seconds, "times": row.times, "repeats": len(row.times), "warmup_s": row.warmup_s,
         "ideal": ideal, "speedup": speedup, "wall_over_ideal": speedup / ideal,
         "vs_eager": eager.seconds / row.seconds if eager and eager.times else None,

@@ -71,7 +71,7 @@ def node_sample(seconds: float, latent, stats: dict) -> Sample:
     blocks = stats["block_evals_uncached"] // max(stats["calls"], 1)
     text = stats.get("text_path") or {"computed": stats["calls"]}
     settings = stats["settings"]
-    return Sample(seconds, latent, len(stats["cached_steps"]), stats["steps"], stats["ideal_speedup"],
+    return Sample(seconds, latent, len(stats["skipped_steps"]), stats["steps"], stats["ideal_speedup"],
                   calls=stats["calls"], cached_calls=sum(1 for call in stats["call_log"] if call[3] < blocks),
                   text_computed=text["computed"],
                   # A forecast call runs no block (whole-call forecasting's settings have no Fn / Bn).

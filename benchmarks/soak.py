@@ -252,9 +252,9 @@ def run_item(server: ComfyServer, item: Item) -> dict:
         return row
     if records:
         record = records[0]
-        row["record"] = {"cached_steps": record["cached_steps"], "calls": record["calls"], "steps": record["steps"]}
-        if item.node == "off" and record["cached_steps"]:
-            row.update(status="cached with caching off", detail=str(record["cached_steps"]))
+        row["record"] = {"cached_steps": record["skipped_steps"], "calls": record["calls"], "steps": record["steps"]}
+        if item.node == "off" and record["skipped_steps"]:
+            row.update(status="cached with caching off", detail=str(record["skipped_steps"]))
             return row
     row["status"] = "success"
     row["latent"] = _latent_path(server, entry)
@@ -302,7 +302,7 @@ def rerun_alone(server: ComfyServer, plan: list[Item], rows: list[dict], count: 
                 result["max_abs_diff"] = float((before.float() - after.float()).abs().max())
             if "record" in row:
                 records = [r for r in server.get(STATS_ROUTE)["runs"] if r["prompt_id"] == prompt_id]
-                result["cached_steps"] = records[0]["cached_steps"] if records else None
+                result["cached_steps"] = records[0]["skipped_steps"] if records else None
                 result["same_cached_steps"] = result["cached_steps"] == row["record"]["cached_steps"]
                 result["equal"] = result["equal"] and result["same_cached_steps"]
         results.append(result)

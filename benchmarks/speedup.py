@@ -266,7 +266,7 @@ def summarize(results: dict, decode=None) -> list[dict]:
         baseline = caching_off or reference  # without a caching-off case: the graph without the node
         efficiency = caching_efficiency(result["times"], baseline["times"], ideal) if ideal > 1.0 else None
         rows.append({"case": name, "steps": case.steps, "cfg": case.cfg, "seconds": time_,
-                     "cached": f"{len(stats['cached_steps'])}/{stats['steps']}" if stats else "-",
+                     "cached": f"{len(stats['skipped_steps'])}/{stats['steps']}" if stats else "-",
                      "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall.median,
                      "efficiency": efficiency.median if efficiency else None, "deviation": deviation, "mae_255": mae,
                      "psnr_db": psnr, "reference": result is reference, "repeats": len(result["times"]),
