@@ -15,16 +15,11 @@ the run needs per call:
 from __future__ import annotations
 
 import functools
-from typing import Callable
-
 import torch
 
 from .registry import BlockList, BlockModulation
 from .residual_trace import StreamTrace
-
-# Told each block's true place before it runs: (index, blocks in its list, the block's keyword
-# arguments, the list's block type or None).
-BlockIndexTeller = Callable[[int, int, dict, "str | None"], None]
+from .sampling_run import BlockIndexTeller
 
 
 class BlockProbe:

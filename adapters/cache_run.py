@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import contextlib
 
-from .block_probe import BlockIndexTeller, BlockProbe, ModulationSlices
+from .block_probe import BlockProbe, ModulationSlices
 from .cache_dit_bridge import CachedModule, ListToCache, context_configs
+from .cache_dit_logs import quiet_cache_dit
 from .calibrators import calibrator_config
 from .call_router import CallLayout, StreamKey
 from .decision_rules import DecisionRules, TracedStream
 from .paired_hidden import PairedHidden
 from .registry import ResolvedTransformer
 from .residual_trace import StreamTrace, TraceBook
-from .sampling_run import CallWork, SamplingRun, Vote
+from .sampling_run import BlockIndexTeller, CallWork, SamplingRun, Vote
 from .settings import RunPlan
 from .step_clock import StepClock
 
@@ -53,6 +54,7 @@ class CacheRun(SamplingRun):
         self.pairs = PairedHidden(lists, modules) if PairedHidden.needed(lists) else None
         self.traces = TraceBook([entry.attr for entry in lists])
         self._list_names = tuple(entry.attr for entry in lists)
+        self._quiet = quiet_cache_dit()
 
     @property
     def num_blocks(self) -> int:
@@ -65,10 +67,21 @@ class CacheRun(SamplingRun):
 
     # --- lifetime -----------------------------------------------------------------
     def _open(self) -> None:
-        self.cache.enable(self._configs(start_step=0, separate_cfg=False))
-        self.probe.install(self.cache.wrappers)
-        if self.pairs is not None:
-            self.pairs.install(self.cache.wrappers)   # after the probe's hooks: see ``PairedHidden.install``
+        # Quiet for the whole run, not only around its own calls into cache-dit: on several devices each
+        # refreshes its contexts on its own thread.
+        self._quiet.__enter__()
+        try:
+            self.cache.enable(self._configs(start_step=0, separate_cfg=False))   # undoes itself when it fails
+        except BaseException:
+            self._quiet.__exit__(None, None, None)
+            raise
+        try:
+            self.probe.install(self.cache.wrappers)
+            if self.pairs is not None:
+                self.pairs.install(self.cache.wrappers)   # after the probe's hooks: see ``PairedHidden.install``
+        except BaseException:
+            self._close()   # never leave a half-opened run on the shared module
+            raise
 
     def _close(self) -> None:
         try:
@@ -78,6 +91,7 @@ class CacheRun(SamplingRun):
             self.cache.disable()
         finally:
             self.traces.release()
+            self._quiet.__exit__(None, None, None)
 
     def _observed(self) -> dict:
         return {"block_lists": tuple(zip(self._list_names, self.probe.sizes)) if len(self._list_names) > 1 else ()}

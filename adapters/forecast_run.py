@@ -14,7 +14,7 @@ full and kept out of the histories: their time is not a step of the schedule the
 fitted on, and the first evaluation of each step is what the histories hold.
 
 The parts: ``FinalLayerSeam`` (the hook on the final layer), ``SkippedBlocks`` (the block lists
-emptied for a forecast call), ``BlockProbe`` (the blocks that ran), and, shared with every method
+emptied for a forecast call), ``BlockCounter`` (the blocks that ran), and, shared with every method
 (``sampling_run``): ``CallRouter`` (streams and contexts), ``TextPathReuse`` and ``ForeignServeWatch``.
 """
 
@@ -24,7 +24,7 @@ import contextlib
 
 import torch
 
-from .block_probe import BlockProbe
+from .block_count import BlockCounter
 from .call_router import CallLayout, StreamKey
 from .feature_forecast import FeatureHistory
 from .forecast_settings import ForecastPlan
@@ -121,24 +121,23 @@ class ForecastRun(SamplingRun):
                  node_name: str, host=None, text_reuse_off: str | None = None, tell_block_index=None):
         super().__init__(target, plan, clock, conds_per_step, node_name=node_name, host=host,
                          text_reuse_off=text_reuse_off)
-        lists, modules = target.block_lists, target.block_modules
-        self.probe = BlockProbe(lists, modules, fn_blocks=1, bn_blocks=0)   # counts only
+        self.counter = BlockCounter(target.block_modules)
         self.seam = FinalLayerSeam(getattr(target.module, target.family.final_layer))
-        self.skipped = SkippedBlocks(target.module, tuple(entry.attr for entry in lists))
+        self.skipped = SkippedBlocks(target.module, tuple(entry.attr for entry in target.block_lists))
         self.streams: dict[tuple[int, StreamKey], ForecastStream] = {}
         self._vote: Vote | None = None
 
     @property
     def num_blocks(self) -> int:
-        return self.probe.num_blocks
+        return self.counter.num_blocks
 
     # --- lifetime -----------------------------------------------------------------
     def _open(self) -> None:
-        self.probe.install([])
+        self.counter.install()
         self.seam.install()
 
     def _close(self) -> None:
-        self.probe.remove()
+        self.counter.remove()
         self.seam.remove()
 
     def _streams(self) -> list[ForecastStream]:
@@ -155,14 +154,14 @@ class ForecastRun(SamplingRun):
         if reason is not None and self._vote is not None and not self._vote(reason == FORECAST, 0):
             reason = OTHER_DEVICE if reason == FORECAST else reason
         forecast = stream.history.forecast(step) if reason == FORECAST else None
-        self.probe.begin(False, None, step)
+        self.counter.begin()
         self.seam.begin(forecast)
         work = CallWork(skipped=forecast is not None)
         try:
             with self.skipped() if forecast is not None else contextlib.nullcontext():
                 yield work
         finally:
-            counted = self.probe.end()
+            counted = self.counter.end()
             work.evidence_ran, seen = self.seam.end()
         work.blocks_run = sum(counted)
         if stream is not None:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .block_probe import BlockIndexTeller
 from .cache_run import CacheRun
 from .forecast_run import ForecastRun
 from .forecast_settings import plan_forecast_run
 from .multi_device import DeviceModel, MultiDeviceRun
 from .registry import ResolvedTransformer
-from .sampling_run import SamplingRun
+from .sampling_run import BlockIndexTeller, SamplingRun
 from .settings import check_compute_blocks, plan_run
 
 

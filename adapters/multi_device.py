@@ -38,11 +38,9 @@ import time
 
 import torch
 
-from .block_probe import BlockIndexTeller
-from .cache_dit_logs import quiet_cache_dit
 from .observation import ParallelOutcome, RunObservation, RunOutcome
 from .registry import ResolvedTransformer
-from .sampling_run import SamplingRun
+from .sampling_run import BlockIndexTeller, SamplingRun
 from .step_clock import StepClock
 
 # The least time a device that voted "cache" waits for the votes of the devices that voted in the
@@ -295,8 +293,6 @@ class MultiDeviceRun:
     def __enter__(self) -> "MultiDeviceRun":
         self._started = time.perf_counter()
         with contextlib.ExitStack() as stack:
-            # Quiet for the whole run: each device refreshes its contexts on its own thread.
-            stack.enter_context(quiet_cache_dit())
             for device in self.devices:
                 stack.enter_context(device.run)
                 stack.callback(device.leave_consensus)

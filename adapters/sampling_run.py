@@ -27,7 +27,6 @@ from typing import Callable
 
 import torch
 
-from .block_probe import BlockIndexTeller
 from .call_router import CallLayout, CallRouter, StreamKey
 from .foreign_serves import ForeignServeWatch
 from .observation import Call, CallTimer, RunObservation, RunOutcome, exit_status
@@ -35,6 +34,10 @@ from .registry import ResolvedTransformer
 from .step_clock import StepClock
 from .stream_report import StreamAccount
 from .text_path import TextPathReuse
+
+# Told each block's true place before it runs: (index, blocks in its list, the block's keyword
+# arguments, the list's block type or None). Under cache-dit the model's loop sees one wrapper per list.
+BlockIndexTeller = Callable[[int, int, dict, "str | None"], None]
 
 # A device's vote on one decision of a step: (its own decision, the position of the block list it is on) ->
 # what it must do so that every device does alike.
