@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .cache_run import CacheRun
-from .forecast_run import ForecastRun
-from .forecast_settings import plan_forecast_run
-from .multi_device import DeviceModel, MultiDeviceRun
-from .registry import ResolvedTransformer
-from .sampling_run import BlockIndexTeller, SamplingRun
-from .settings import check_compute_blocks, plan_run
+from .dbcache.cache_run import CacheRun
+from .dbcache.settings import check_compute_blocks, plan_run
+from .families.registry import ResolvedTransformer
+from .forecast.forecast_run import ForecastRun
+from .forecast.forecast_settings import plan_forecast_run
+from .sampling.multi_device import DeviceModel, MultiDeviceRun
+from .sampling.sampling_run import BlockIndexTeller, SamplingRun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,13 +47,13 @@ def _check_final_layer(settings, target: ResolvedTransformer, node_name: str) ->
 
 
 DBCACHE = Method(
-    name="DBCache",
+    name="dbcache",
     plan=lambda settings, steps, target, node_name: plan_run(settings, steps, target.cacheable_blocks, node_name),
     check=lambda settings, target, node_name: check_compute_blocks(settings, target.cacheable_blocks, node_name),
     run_type=CacheRun)
 
-WHOLE_CALL_FORECAST = Method(
-    name="whole-call forecast",
+FORECAST = Method(
+    name="forecast",
     plan=lambda settings, steps, target, node_name: plan_forecast_run(settings, steps),
     check=_check_final_layer,
     run_type=ForecastRun)

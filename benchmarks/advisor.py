@@ -1,7 +1,7 @@
 """The threshold advisor's cost after a run: what the record assembly adds on the sampling thread.
 
 A run's record replays cache-dit's rules to explain each step and to suggest thresholds
-(``adapters/run_record.py`` with ``adapters/threshold_advisor.py``); that happens after the last model
+(``adapters/record/run_record.py`` with ``adapters/dbcache/threshold_advisor.py``); that happens after the last model
 call, outside ``duration_s``, before the sampler returns. This times it for long runs with split
 CFG (two streams, the most work), on residuals that drift step by step like a sampling trajectory,
 with the node's limits and with no limit on continuous cached steps (where a step's reference can
@@ -32,7 +32,7 @@ def drifting_traces(steps: int, streams: int = 2, seed: int = 0):
     """Traces of a run with caching off: every step computed, each residual a step on from the last."""
     import torch
 
-    from krea2_cachedit.adapters.residual_trace import StreamTrace
+    from krea2_cachedit.adapters.dbcache.residual_trace import StreamTrace
 
     generator = torch.Generator().manual_seed(seed)
     traces = []
@@ -50,8 +50,8 @@ def drifting_traces(steps: int, streams: int = 2, seed: int = 0):
 
 def assemble(traces, settings) -> tuple[float, float, list]:
     """What the record assembly does with the traces: each step's change and reason, the suggestions."""
-    from krea2_cachedit.adapters.decision_rules import DecisionRules
-    from krea2_cachedit.adapters.threshold_advisor import suggest_thresholds
+    from krea2_cachedit.adapters.dbcache.decision_rules import DecisionRules
+    from krea2_cachedit.adapters.dbcache.threshold_advisor import suggest_thresholds
 
     rules = DecisionRules.for_context(settings, None, start_step=0)
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -68,10 +68,10 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     load_pack()
-    from krea2_cachedit.adapters.settings import CacheSettings
+    from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings
 
-    limits = {"node defaults (max 3 in a row)": CacheSettings(residual_diff_threshold=0.0),
-              "no limit in a row": CacheSettings(residual_diff_threshold=0.0, max_continuous_cached_steps=-1)}
+    limits = {"node defaults (max 3 in a row)": DBCacheSettings(residual_diff_threshold=0.0),
+              "no limit in a row": DBCacheSettings(residual_diff_threshold=0.0, max_continuous_cached_steps=-1)}
     print(f"Threshold advisor, split CFG (2 streams), caching off; median of {args.repeats} runs:")
     print(f"{'limits':<32}{'steps':>6}{'wall s':>9}{'CPU s':>8}{'suggestions':>13}{'target s':>10}  verdict")
     for name, settings in limits.items():

@@ -45,11 +45,11 @@ import torch  # noqa: E402
 from comfy_harness import find_comfyui, load_pack, use_comfyui_in_process  # noqa: E402
 
 PACK = load_pack().__name__   # imports no ComfyUI
-feature_forecast = importlib.import_module(f"{PACK}.adapters.feature_forecast")
-forecast_schedule = importlib.import_module(f"{PACK}.adapters.forecast_schedule")
-forecast_settings = importlib.import_module(f"{PACK}.adapters.forecast_settings")
-ForecastSettings, FeatureHistory = feature_forecast.ForecastSettings, feature_forecast.FeatureHistory
-ForecastSchedule, WholeCallSettings = forecast_schedule.ForecastSchedule, forecast_settings.WholeCallSettings
+feature_forecast = importlib.import_module(f"{PACK}.adapters.forecast.feature_forecast")
+forecast_schedule = importlib.import_module(f"{PACK}.adapters.forecast.forecast_schedule")
+forecast_settings = importlib.import_module(f"{PACK}.adapters.forecast.forecast_settings")
+Forecaster, FeatureHistory = feature_forecast.Forecaster, feature_forecast.FeatureHistory
+ForecastSchedule, ForecastSettings = forecast_schedule.ForecastSchedule, forecast_settings.ForecastSettings
 
 RESULTS = BENCH_DIR / "results" / "forecast_error.json"
 REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
@@ -63,12 +63,12 @@ BUDGETS = {"turbo": 4, "raw": 13}
 CLOSED_LOOP_CANDIDATES = {"turbo": 60, "raw": 8}
 
 
-def linear_window(n: float) -> WholeCallSettings:
-    return WholeCallSettings("custom", ForecastSettings("linear"), ForecastSchedule(2, n, 0.0, 1))
+def linear_window(n: float) -> ForecastSettings:
+    return ForecastSettings("custom", Forecaster("linear"), ForecastSchedule(2, n, 0.0, 1))
 
 
-def settings_for(regime: str) -> dict[str, WholeCallSettings]:
-    named = {name: WholeCallSettings.from_preset(name) for name in NAMED[regime]}
+def settings_for(regime: str) -> dict[str, ForecastSettings]:
+    named = {name: ForecastSettings.from_preset(name) for name in NAMED[regime]}
     return {**named, **{f"linear N {n:g}": linear_window(n) for n in LINEAR_WINDOWS[regime]}}
 
 
@@ -80,7 +80,7 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm()) if b.norm() > 0 else (0.0 if a.norm() == 0 else math.inf)
 
 
-def open_loop_errors(features: list[torch.Tensor], mask, forecast: ForecastSettings,
+def open_loop_errors(features: list[torch.Tensor], mask, forecast: Forecaster,
                      part=None) -> dict[int, float]:
     """Per forecast step, the relative error of the forecast the node's fit makes from the true features of
     the steps computed before it (``mask[step]`` true: computed), in the node's order: a step the schedule
@@ -103,7 +103,7 @@ def consecutive_change(features: list[torch.Tensor], part=None) -> list[float | 
     return [None] + [relative(pick(features[s]), pick(features[s - 1])) for s in range(1, len(features))]
 
 
-def open_loop(per_image: list[list[torch.Tensor]], settings: WholeCallSettings, img_tokens: int) -> dict:
+def open_loop(per_image: list[list[torch.Tensor]], settings: ForecastSettings, img_tokens: int) -> dict:
     steps = len(per_image[0])
     mask = settings.schedule.computed(steps)
     image_part = lambda f: f[:, -img_tokens:]  # noqa: E731  (no reference latents: the image tokens are last)
@@ -124,14 +124,14 @@ def open_loop_score(result: dict, sigmas: list[float]) -> float:
     return sum(err * (sigmas[s] - sigmas[s + 1]) for s, err in result["rel_err_img"].items())
 
 
-def candidate_settings(regime: str) -> list[WholeCallSettings]:
+def candidate_settings(regime: str) -> list[ForecastSettings]:
     """The schedules the node can run at the regime's call budget, each with the forecasts it offers."""
     steps, budget = REGIMES[regime][0], BUDGETS[regime]
     warmups, finals = (1, 2, 3), (0, 1, 2)
     windows = (2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0) if regime == "turbo" else tuple(x / 2 for x in range(4, 17))
     growths = (0.0, 0.5, 1.0) if regime == "turbo" else (0.0, 0.25, 0.5, 0.75, 1.0)
-    forecasts = (ForecastSettings("linear"), ForecastSettings("quadratic"), ForecastSettings("spectrum", 4, 0.1, 0.5),
-                 ForecastSettings("spectrum", 2, 0.1, 0.5))
+    forecasts = (Forecaster("linear"), Forecaster("quadratic"), Forecaster("spectrum", 4, 0.1, 0.5),
+                 Forecaster("spectrum", 2, 0.1, 0.5))
     low = budget if regime == "turbo" else budget - 1
     seen, out = set(), []
     for warmup, window, growth, final in itertools.product(warmups, windows, growths, finals):
@@ -140,11 +140,11 @@ def candidate_settings(regime: str) -> list[WholeCallSettings]:
             mask = effective_mask(schedule.computed(steps), forecast)
             if low <= sum(mask) <= budget and (mask, forecast) not in seen:
                 seen.add((mask, forecast))
-                out.append(WholeCallSettings("custom", forecast, schedule))
+                out.append(ForecastSettings("custom", forecast, schedule))
     return out
 
 
-def effective_mask(mask, forecast: ForecastSettings) -> tuple[int, ...]:
+def effective_mask(mask, forecast: Forecaster) -> tuple[int, ...]:
     """The steps the node computes: the schedule's, and those it forecasts while the history is too short."""
     out, points = [], 0
     for computed in mask:
@@ -154,7 +154,7 @@ def effective_mask(mask, forecast: ForecastSettings) -> tuple[int, ...]:
     return tuple(out)
 
 
-def describe(settings: WholeCallSettings) -> str:
+def describe(settings: ForecastSettings) -> str:
     f, s = settings.forecast, settings.schedule
     kind = f.forecast if f.forecast != "spectrum" else f"spectrum m{f.chebyshev_degree} w{f.blend_w:g}"
     return f"{kind}, warmup {s.warmup_steps}, N {s.window_size:g}, alpha {s.window_growth:g}, final {s.final_computed_steps}"
@@ -181,8 +181,8 @@ class ProxySampler:
 
         self.model = comfy.sd.load_diffusion_model(str(checkpoint))
         self.tokens = SETTINGS.tokens
-        registry = importlib.import_module(f"{PACK}.adapters.registry")
-        target = registry.resolve(self.model.model.diffusion_model, registry.WHOLE_CALL_FORECAST_SCOPE)
+        registry = importlib.import_module(f"{PACK}.adapters.families.registry")
+        target = registry.resolve(self.model.model.diffusion_model, registry.FORECAST_SCOPE)
         self.final_layer = getattr(self.model.model.diffusion_model, target.family.final_layer)
         self.node = importlib.import_module(f"{PACK}.nodes").CacheDiTSpectrum
         self.node.hidden = type("Hidden", (), {"unique_id": "forecast-error"})()
@@ -208,7 +208,7 @@ class ProxySampler:
         latent = comfy.sample.fix_empty_latent_channels(self.model, torch.zeros(1, 4, 16, 16))  # EmptyLatentImage 128
         return positive, negative, latent, comfy.sample.prepare_noise(latent, seed)
 
-    def sample(self, image, steps: int, cfg: float, settings: WholeCallSettings | None) -> Sampled:
+    def sample(self, image, steps: int, cfg: float, settings: ForecastSettings | None) -> Sampled:
         import comfy.sample
 
         positive, negative, latent, noise = self.inputs(image)
@@ -238,7 +238,7 @@ class ProxySampler:
 
 
 def closed_loop_run(sampler: ProxySampler, images, reference: list[Sampled], steps: int, cfg: float,
-                    settings: WholeCallSettings, decode) -> dict:
+                    settings: ForecastSettings, decode) -> dict:
     """The node's run per image against the uncached one: per step the latent's and the denoised prediction's
     relative error (mean over images), and the decoded image's MAE/255."""
     mae_255_and_mse = importlib.import_module(f"{PACK}.adapters.image_compare").mae_255_and_mse

@@ -81,8 +81,8 @@ def timed_parts(node_model, krea2_model_module):
     from comfy_harness import load_pack
 
     pack = load_pack().__name__   # the pack as ComfyUI imports it (a folder in custom_nodes)
-    cache_run = importlib.import_module(f"{pack}.adapters.cache_run")
-    block_probe = importlib.import_module(f"{pack}.adapters.block_probe")
+    cache_run = importlib.import_module(f"{pack}.adapters.dbcache.cache_run")
+    block_probe = importlib.import_module(f"{pack}.adapters.dbcache.block_probe")
     wrappers = importlib.import_module(f"{pack}.nodes.wrappers")
     timers = Timers()
     model_class, block_class = krea2_model_module.SingleStreamDiT, krea2_model_module.SingleStreamBlock

@@ -51,8 +51,8 @@ def measure(path: Path, dtype_name: str) -> dict:
     """Runs in the fresh process: load once, report memory figures in bytes."""
     import torch  # noqa: F401  (imported before the baseline so its libraries are not counted)
     import diffusers  # noqa: F401
-    from krea2_cachedit.adapters import krea2_diffusers as kd
-    from krea2_cachedit.adapters.krea2_checkpoint import WEIGHT_DTYPES
+    from krea2_cachedit.adapters.krea2_loader import krea2_diffusers as kd
+    from krea2_cachedit.adapters.krea2_loader.krea2_checkpoint import WEIGHT_DTYPES
 
     checkpoint = kd.inspect(path)
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM (peak RSS) to the current RSS

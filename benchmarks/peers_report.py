@@ -17,7 +17,7 @@ from peers_plot import plot
 import krea2_costs
 from projection import add_projection
 
-from krea2_cachedit.adapters.strict_json import dumps as strict_json
+from krea2_cachedit.adapters.record.strict_json import dumps as strict_json
 
 COSTS = krea2_costs.RESULTS   # Krea-2's component costs at real size, for the projection
 

@@ -295,11 +295,11 @@ def run_adapters(args) -> list[dict]:
     import torch
 
     load_pack()
-    from krea2_cachedit.adapters import registry
-    from krea2_cachedit.adapters.cache_run import CacheRun
-    from krea2_cachedit.adapters.run_record import RunMeta, build
-    from krea2_cachedit.adapters.settings import CacheSettings, plan_run
-    from krea2_cachedit.adapters.step_clock import StepClock
+    from krea2_cachedit.adapters.families import registry
+    from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
+    from krea2_cachedit.adapters.record.run_record import RunMeta, build
+    from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
+    from krea2_cachedit.adapters.sampling.step_clock import StepClock
     from krea2_synthetic import Krea2Shape, diffusers_transformer
 
     shape = Krea2Shape(**MID_SIZE)
@@ -308,7 +308,7 @@ def run_adapters(args) -> list[dict]:
     side = args.size // 16
     sigmas = torch.linspace(1.0, 0.0, args.steps + 1)
 
-    def sample(settings: CacheSettings | None, seed: int):
+    def sample(settings: DBCacheSettings | None, seed: int):
         g = torch.Generator().manual_seed(seed)
         x = torch.randn(1, side * side, shape.channels * 4, generator=g)
         context = torch.randn(1, args.tokens, shape.txtlayers, shape.txtdim, generator=g)
@@ -332,9 +332,9 @@ def run_adapters(args) -> list[dict]:
         record = build(run.outcome(), RunMeta(node_name=NODE_NAME)) if run else None
         return elapsed, x, (record.as_dict() if record else None)
 
-    cases = {"uncached": None, "caching off": CacheSettings(residual_diff_threshold=0.0),
-             "node defaults": CacheSettings(), "steps_mask fast": CacheSettings(steps_mask="fast"),
-             "steps_mask ultra": CacheSettings(steps_mask="ultra")}
+    cases = {"uncached": None, "caching off": DBCacheSettings(residual_diff_threshold=0.0),
+             "node defaults": DBCacheSettings(), "steps_mask fast": DBCacheSettings(steps_mask="fast"),
+             "steps_mask ultra": DBCacheSettings(steps_mask="ultra")}
     results = {name: {"case": Case(name, args.steps, 1.0, {} if s else None), "times": [], "latents": [],
                       "stats": []} for name, s in cases.items()}
     print("Warming up (first runs) ...", flush=True)

@@ -22,7 +22,7 @@ from comfy_harness import load_pack
 
 load_pack()  # the pack as ComfyUI imports it: its diffusers layout is the one to match
 
-from krea2_cachedit.adapters.krea2_checkpoint import (  # noqa: E402
+from krea2_cachedit.adapters.krea2_loader.krea2_checkpoint import (  # noqa: E402
     HEAD_DIM as NATIVE_HEAD_DIM, NORM_EPS, ROPE_THETA, TEXT_FUSION_HEADS, rope_axes)
 
 MLP_MULTIPLIER = 4

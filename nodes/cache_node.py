@@ -11,21 +11,21 @@ import dataclasses
 
 from comfy_api.latest import io
 
-from ..adapters.calibrators import CALIBRATORS, DMD_HISTORY, TAYLORSEER_ORDERS
+from ..adapters.dbcache.calibrators import CALIBRATORS, DMD_HISTORY, TAYLORSEER_ORDERS
+from ..adapters.dbcache.settings import STEP_MASKS, DBCacheSettings
+from ..adapters.families.registry import ANY_SCOPE, KREA2_SCOPE, NodeScope
 from ..adapters.methods import DBCACHE
-from ..adapters.registry import ANY_SCOPE, KREA2_SCOPE, NodeScope
-from ..adapters.settings import STEP_MASKS, CacheSettings
 from .input_checks import schema_problem
 from .plain_errors import plain_errors
 from .wrappers import patched_model
 
 CATEGORY = "model/patch/Cache-DiT"
-DEFAULTS = CacheSettings()
+DEFAULTS = DBCacheSettings()
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One input of the cache nodes: a ``CacheSettings`` field, its widget's bounds and tooltip."""
+    """One input of the cache nodes: a ``DBCacheSettings`` field, its widget's bounds and tooltip."""
 
     name: str
     tooltip: str
@@ -102,7 +102,7 @@ class _CacheDiTNode(io.ComfyNode):
     @classmethod
     def execute(cls, model, **settings) -> io.NodeOutput:
         with plain_errors():
-            settings = CacheSettings(**{setting.name: settings[setting.name] for setting in SETTINGS})
+            settings = DBCacheSettings(**{setting.name: settings[setting.name] for setting in SETTINGS})
             return io.NodeOutput(patched_model(model, cls.SCOPE, DBCACHE, settings, str(cls.hidden.unique_id or "")))
 
 

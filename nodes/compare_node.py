@@ -8,7 +8,7 @@ import logging
 from comfy_api.latest import io, ui
 
 from ..adapters.image_compare import PSNR_CAP_DB, Comparison, compare_images
-from ..adapters.strict_json import finite_or_null
+from ..adapters.record.strict_json import finite_or_null
 from .plain_errors import plain_errors
 
 logger = logging.getLogger(__name__)

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import types
 
-import torch
-from einops import rearrange
-
 import comfy.ldm.common_dit
 import comfy.ldm.krea2.model
 import comfy.lora
@@ -26,8 +23,10 @@ import comfy.ops
 import comfy.patcher_extension
 import comfy.supported_models
 import comfy.utils
+import torch
+from einops import rearrange
 
-from ..adapters import krea2_checkpoint, krea2_diffusers, krea2_gguf
+from ..adapters.krea2_loader import krea2_checkpoint, krea2_diffusers, krea2_gguf
 from . import gguf_model
 
 PATCH = 2

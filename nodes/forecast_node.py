@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ..adapters.feature_forecast import FORECASTS, ForecastSettings
-from ..adapters.forecast_schedule import ForecastSchedule
-from ..adapters.forecast_settings import CUSTOM, PRESETS, WholeCallSettings
-from ..adapters.methods import WHOLE_CALL_FORECAST
-from ..adapters.registry import WHOLE_CALL_FORECAST_SCOPE
+from ..adapters.families.registry import FORECAST_SCOPE
+from ..adapters.forecast.feature_forecast import FORECASTS, Forecaster
+from ..adapters.forecast.forecast_schedule import ForecastSchedule
+from ..adapters.forecast.forecast_settings import CUSTOM, PRESETS, ForecastSettings
+from ..adapters.methods import FORECAST
 from .cache_node import CATEGORY
 from .input_checks import schema_problem
 from .plain_errors import plain_errors
 from .wrappers import patched_model
 
-NODE_NAME = WHOLE_CALL_FORECAST_SCOPE.node_name
-FORECAST_DEFAULTS, SCHEDULE_DEFAULTS = ForecastSettings(), ForecastSchedule()
+NODE_NAME = FORECAST_SCOPE.node_name
+FORECAST_DEFAULTS, SCHEDULE_DEFAULTS = Forecaster(), ForecastSchedule()
 
 
 def _custom_inputs() -> list[io.Input]:
@@ -53,20 +53,20 @@ def _preset_tooltip() -> str:
     return "\n".join(["Which forecast and schedule run:", *lines, f"{CUSTOM}: the settings below."])
 
 
-def settings_from(preset: dict) -> WholeCallSettings:
+def settings_from(preset: dict) -> ForecastSettings:
     """The node's ``preset`` input (the chosen key and, for ``custom``, its inputs) as settings."""
     name = preset["preset"]
     if name != CUSTOM:
-        return WholeCallSettings.from_preset(name)
-    forecast = ForecastSettings(preset["forecast"], preset["chebyshev_degree"], preset["ridge_lambda"],
+        return ForecastSettings.from_preset(name)
+    forecast = Forecaster(preset["forecast"], preset["chebyshev_degree"], preset["ridge_lambda"],
                                 preset["blend_w"])
     schedule = ForecastSchedule(preset["warmup_steps"], preset["window_size"], preset["window_growth"],
                                 preset["final_computed_steps"])
-    return WholeCallSettings(CUSTOM, forecast, schedule)
+    return ForecastSettings(CUSTOM, forecast, schedule)
 
 
 class CacheDiTSpectrum(io.ComfyNode):
-    SCOPE = WHOLE_CALL_FORECAST_SCOPE
+    SCOPE = FORECAST_SCOPE
 
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -99,5 +99,5 @@ class CacheDiTSpectrum(io.ComfyNode):
     @classmethod
     def execute(cls, model, preset) -> io.NodeOutput:
         with plain_errors():
-            return io.NodeOutput(patched_model(model, cls.SCOPE, WHOLE_CALL_FORECAST, settings_from(preset),
+            return io.NodeOutput(patched_model(model, cls.SCOPE, FORECAST, settings_from(preset),
                                                str(cls.hidden.unique_id or "")))

@@ -10,13 +10,12 @@ cache dequantizes nothing.
 
 from __future__ import annotations
 
-import torch
-
 import comfy.lora
 import comfy.model_patcher
 import comfy.ops
+import torch
 
-from ..adapters import krea2_gguf
+from ..adapters.krea2_loader import krea2_gguf
 
 
 def is_quantized(tensor) -> bool:

@@ -8,7 +8,7 @@ import os
 import folder_paths
 from comfy_api.latest import io
 
-from ..adapters import krea2_checkpoint, krea2_gguf, krea2_listing
+from ..adapters.krea2_loader import krea2_checkpoint, krea2_gguf, krea2_listing
 from .input_checks import JsonValue, describe
 from .plain_errors import plain_errors
 

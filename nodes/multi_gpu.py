@@ -9,8 +9,8 @@ read here, before sampling starts, so every device's copy gets its own cache for
 
 from __future__ import annotations
 
-from ..adapters.multi_device import DeviceModel, conds_per_device, devices_refusal
-from ..adapters.registry import ResolvedTransformer, UnsupportedModelError, resolve
+from ..adapters.families.registry import ResolvedTransformer, UnsupportedModelError, resolve
+from ..adapters.sampling.multi_device import DeviceModel, conds_per_device, devices_refusal
 
 
 def sampling_devices(patcher) -> list[tuple[str, object]]:

@@ -6,8 +6,8 @@ import collections
 import logging
 import threading
 
-from ..adapters import strict_json
-from ..adapters.run_record import RunRecord
+from ..adapters.record import strict_json
+from ..adapters.record.run_record import RunRecord
 
 STATS_ROUTE = "/krea2_cachedit/stats"
 STATS_EVENT = "krea2_cachedit.stats"

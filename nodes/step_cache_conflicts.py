@@ -9,7 +9,7 @@ Two ways to see one:
 - before the run, by its state (here): ComfyUI's EasyCache and LazyCache keep
   their holder in ``transformer_options["easycache"]`` (with a ``name``) and
   register their wrappers under the keys "easycache" / "lazycache";
-- during the run, by its effect (``adapters/foreign_serves.py``): a call
+- during the run, by its effect (``adapters/sampling/foreign_serves.py``): a call
   cache-dit served whose transformer blocks never ran was answered by something
   between the call and the model.
 """

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from krea2_cachedit.adapters import registry
-from krea2_cachedit.adapters.cache_run import CacheRun
-from krea2_cachedit.adapters.residual_trace import StreamTrace
-from krea2_cachedit.adapters.run_record import RunMeta, RunRecord, record_or_none
-from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
-from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.families import registry
+from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
+from krea2_cachedit.adapters.dbcache.residual_trace import StreamTrace
+from krea2_cachedit.adapters.record.run_record import RunMeta, RunRecord, record_or_none
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, DBCachePlan, plan_run
+from krea2_cachedit.adapters.sampling.step_clock import StepClock
 from helpers import FAST_8_CACHED
 from krea2_synthetic import Krea2Shape, diffusers_transformer
 
@@ -68,7 +68,7 @@ class Stream:
         return copy
 
 
-def open_run(transformer, settings: CacheSettings, conds_per_step: int) -> CacheRun:
+def open_run(transformer, settings: DBCacheSettings, conds_per_step: int) -> CacheRun:
     target = registry.resolve(transformer)
     clock = StepClock(SIGMAS)
     return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks, NODE), clock, conds_per_step,
@@ -109,7 +109,7 @@ def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor
     rest = (1, *plan_run(FAST, STEPS, SHAPE.layers, NODE).mask[start + 1:])
     clock = StepClock(SIGMAS[start:])
     resumed = stream.resumed_at(start)
-    plan = RunPlan(steps=clock.steps, settings=FAST, mask=rest)
+    plan = DBCachePlan(steps=clock.steps, settings=FAST, mask=rest)
     with CacheRun(registry.resolve(transformer), plan, clock, conds_per_step=1, node_name=NODE) as run:
         for i in range(start, STEPS):
             with run.model_call(SIGMAS[i], [resumed.branch], [resumed.x.shape]):
@@ -137,8 +137,8 @@ def assert_same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor], w
         torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance, msg=f"{what}, step {step}")
 
 
-FAST = CacheSettings(steps_mask="fast")
-OFF = CacheSettings(residual_diff_threshold=0.0)
+FAST = DBCacheSettings(steps_mask="fast")
+OFF = DBCacheSettings(residual_diff_threshold=0.0)
 
 
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 from test_cache_run_lists import DOUBLE, SIGMAS, SINGLE, STEPS, WIDTH, TwoLists, family
 
-from krea2_cachedit.adapters.cache_dit_bridge import CHECKED_WITH, HOOKS, CachedModule, ListToCache, context_configs
-from krea2_cachedit.adapters.settings import CacheSettings, plan_run
+from krea2_cachedit.adapters.dbcache.cache_dit_bridge import CHECKED_WITH, HOOKS, CachedModule, ListToCache, context_configs
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
 
 NODE = "Cache-DiT DBCache"
-FAST = CacheSettings(steps_mask="fast")
+FAST = DBCacheSettings(steps_mask="fast")
 FAST_CACHED = [3, 5, 6]
 
 
@@ -36,7 +36,7 @@ def cached_module(model: TwoLists, keep_wrappers: bool = True) -> CachedModule:
     return CachedModule(model, lists, check_forward_pattern=False, keep_wrappers=keep_wrappers)
 
 
-def configs(settings: CacheSettings) -> dict:
+def configs(settings: DBCacheSettings) -> dict:
     plan = plan_run(settings, STEPS, min(DOUBLE, SINGLE), NODE)
     return context_configs(plan.db_cache_kwargs(0, separate_cfg=False), None)
 
@@ -79,7 +79,7 @@ def test_hook_enabled_marker():
     left_over = cached_module(model)
     left_over.enable(configs(FAST))          # a run that died without disabling
     fresh = cached_module(model)
-    fresh.enable(configs(CacheSettings(residual_diff_threshold=0.0)))
+    fresh.enable(configs(DBCacheSettings(residual_diff_threshold=0.0)))
     try:
         assert cached_steps(blocks_run_per_step(model)) == [], depends("enabled_marker")
     finally:

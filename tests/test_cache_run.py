@@ -17,11 +17,11 @@ import torch
 from cache_runs import (NODE, COND, FAST, FAST_MASK_CACHED, SHAPE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs,
                         clean_block_evals, forward, open_run, plain_outputs, record_of, run_alone_from, run_single,
                         run_split)
-from krea2_cachedit.adapters import registry
-from krea2_cachedit.adapters.cache_run import CacheRun
-from krea2_cachedit.adapters.observation import Call
-from krea2_cachedit.adapters.settings import CacheSettings, RunPlan, plan_run
-from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.families import registry
+from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
+from krea2_cachedit.adapters.sampling.observation import Call
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, DBCachePlan, plan_run
+from krea2_cachedit.adapters.sampling.step_clock import StepClock
 from krea2_synthetic import diffusers_transformer
 
 
@@ -231,7 +231,7 @@ def test_an_error_inside_the_run_still_disables_the_cache(transformer):
 
 
 def test_exact_when_caching_is_off(transformer):
-    off = CacheSettings(residual_diff_threshold=0.0, steps_mask="none")
+    off = DBCacheSettings(residual_diff_threshold=0.0, steps_mask="none")
     cached = Stream(COND, 1)
     run = run_single(transformer, off, cached)
     assert record_of(run).cached_steps == []
@@ -239,7 +239,7 @@ def test_exact_when_caching_is_off(transformer):
 
 
 def test_threshold_caching_without_a_mask(transformer):
-    loose = CacheSettings(residual_diff_threshold=1.5, max_warmup_steps=2,
+    loose = DBCacheSettings(residual_diff_threshold=1.5, max_warmup_steps=2,
                           max_continuous_cached_steps=2)
     run = run_single(transformer, loose, Stream(COND, 1))
     cached = record_of(run).cached_steps
@@ -250,7 +250,7 @@ def test_threshold_caching_without_a_mask(transformer):
 # cache-dit's "medium" mask for 8 steps is 1 1 1 1 0 1 0 1: steps 4 and 6 are served from the cache.
 # Step 4 comes after 4 computed steps in a row, so every calibrator has what it needs to forecast
 # there (TaylorSeer its derivative, FoCa its two anchors, DMD its 4 evenly spaced snapshots).
-MEDIUM = CacheSettings(steps_mask="medium")
+MEDIUM = DBCacheSettings(steps_mask="medium")
 MEDIUM_MASK_CACHED = [4, 6]
 CALIBRATED = {"taylorseer": dict(calibrator="taylorseer", taylorseer_order=2), "foca": dict(calibrator="foca"),
               "dmd": dict(calibrator="dmd", dmd_history=6)}
@@ -260,10 +260,10 @@ def differing_steps(a: Stream, b: Stream) -> list[int]:
     return [step for step, (x, y) in enumerate(zip(a.outputs, b.outputs)) if not torch.equal(x, y)]
 
 
-def run_with_mask(transformer, settings: CacheSettings, mask: tuple[int, ...], stream: Stream) -> CacheRun:
+def run_with_mask(transformer, settings: DBCacheSettings, mask: tuple[int, ...], stream: Stream) -> CacheRun:
     """One stream, one call per step, with a step mask of its own (cache-dit's masks are fixed)."""
     target = registry.resolve(transformer)
-    plan = RunPlan(steps=STEPS, settings=settings, mask=mask)
+    plan = DBCachePlan(steps=STEPS, settings=settings, mask=mask)
     with CacheRun(target, plan, StepClock(SIGMAS), conds_per_step=1, node_name=NODE) as run:
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
@@ -274,7 +274,7 @@ def run_with_mask(transformer, settings: CacheSettings, mask: tuple[int, ...], s
 
 @pytest.mark.parametrize("name", list(CALIBRATED))
 def test_each_calibrator_changes_what_the_same_cached_steps_serve(transformer, name):
-    settings = CacheSettings(steps_mask="medium", **CALIBRATED[name])
+    settings = DBCacheSettings(steps_mask="medium", **CALIBRATED[name])
     calibrated, plain = Stream(COND, 1), Stream(COND, 1)
     run = run_single(transformer, settings, calibrated)
     run_single(transformer, MEDIUM, plain)
@@ -288,8 +288,8 @@ def test_each_calibrator_changes_what_the_same_cached_steps_serve(transformer, n
 
 def test_taylorseer_order_reaches_cache_dit(transformer):
     first, second = Stream(COND, 1), Stream(COND, 1)
-    run_single(transformer, CacheSettings(steps_mask="medium", calibrator="taylorseer", taylorseer_order=1), first)
-    run_single(transformer, CacheSettings(steps_mask="medium", calibrator="taylorseer", taylorseer_order=2), second)
+    run_single(transformer, DBCacheSettings(steps_mask="medium", calibrator="taylorseer", taylorseer_order=1), first)
+    run_single(transformer, DBCacheSettings(steps_mask="medium", calibrator="taylorseer", taylorseer_order=2), second)
     differs = differing_steps(first, second)
     assert differs and differs[0] in MEDIUM_MASK_CACHED, differs
 
@@ -298,8 +298,8 @@ def test_dmd_history_reaches_cache_dit(transformer):
     """Five computed steps before the first cached one: a window of 4 and one of 6 fit different DMDs."""
     mask = (1, 1, 1, 1, 1, 0, 1, 1)
     short, long = Stream(COND, 1), Stream(COND, 1)
-    run = run_with_mask(transformer, CacheSettings(calibrator="dmd", dmd_history=4), mask, short)
-    run_with_mask(transformer, CacheSettings(calibrator="dmd", dmd_history=6), mask, long)
+    run = run_with_mask(transformer, DBCacheSettings(calibrator="dmd", dmd_history=4), mask, short)
+    run_with_mask(transformer, DBCacheSettings(calibrator="dmd", dmd_history=6), mask, long)
     assert record_of(run).cached_steps == [5]
     assert record_of(run).as_dict()["calibrator"] == {"name": "dmd", "dmd_history": 4, "forecast_steps": [5]}
     assert differing_steps(short, long) == [5, 6, 7]
@@ -312,7 +312,7 @@ def test_dmd_without_its_4_evenly_spaced_computed_steps_serves_its_fallback(tran
     outputs = []
     for history in (4, 6, 16):
         stream = Stream(COND, 1)
-        run = run_single(transformer, CacheSettings(steps_mask="fast", calibrator="dmd", dmd_history=history), stream)
+        run = run_single(transformer, DBCacheSettings(steps_mask="fast", calibrator="dmd", dmd_history=history), stream)
         assert record_of(run).as_dict()["calibrator"] == {"name": "dmd", "dmd_history": history, "forecast_steps": []}
         outputs.append(stream)
     plain = Stream(COND, 1)
@@ -325,7 +325,7 @@ def test_dmd_without_its_4_evenly_spaced_computed_steps_serves_its_fallback(tran
 @pytest.mark.parametrize("name", list(CALIBRATED))
 def test_split_calls_keep_each_streams_calibrator_apart(transformer, name):
     """cache-dit keeps a second calibrator for the second CFG stream: each stream gets what it gets alone."""
-    settings = CacheSettings(steps_mask="medium", **CALIBRATED[name])
+    settings = DBCacheSettings(steps_mask="medium", **CALIBRATED[name])
     run, streams = run_split(transformer, settings, (COND, UNCOND))
     assert (record_of(run).has_separate_cfg, record_of(run).cached_steps) == (True, MEDIUM_MASK_CACHED)
     for branch, seed, tokens in ((COND, 1, 5), (UNCOND, 2, 7)):
@@ -442,7 +442,7 @@ def test_the_fn_residual_of_a_two_stream_block_is_its_image_tokens():
     x, text = torch.randn(1, 16, 8, generator=generator), torch.randn(1, 16, 16, generator=generator)
     clock = StepClock(SIGMAS)
     target = registry.ResolvedTransformer(family, model)
-    off = CacheSettings(residual_diff_threshold=0.0, steps_mask="none")
+    off = DBCacheSettings(residual_diff_threshold=0.0, steps_mask="none")
     try:
         with torch.no_grad(), CacheRun(target, plan_run(off, clock.steps, target.num_blocks, NODE), clock, 1,
                                        node_name=NODE) as run:

@@ -14,11 +14,11 @@ import torch
 from cache_runs import FAST, FAST_MASK_CACHED, OFF
 
 from cache_runs import NODE
-from krea2_cachedit.adapters.cache_run import CacheRun
-from krea2_cachedit.adapters.registry import BlockList, BlockModulation, ResolvedTransformer, TransformerFamily
-from krea2_cachedit.adapters.run_record import RunMeta, build
-from krea2_cachedit.adapters.settings import CacheSettings, plan_run
-from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
+from krea2_cachedit.adapters.families.registry import BlockList, BlockModulation, ResolvedTransformer, TransformerFamily
+from krea2_cachedit.adapters.record.run_record import RunMeta, build
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
+from krea2_cachedit.adapters.sampling.step_clock import StepClock
 
 STEPS, WIDTH = 8, 16
 SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)
@@ -164,7 +164,7 @@ def test_fn_and_bn_must_leave_blocks_to_cache_in_the_shortest_list():
     target = ResolvedTransformer(family(), TwoLists())
     assert (target.num_blocks, target.cacheable_blocks) == (DOUBLE + SINGLE, DOUBLE)
     with pytest.raises(ValueError, match="less than"):
-        plan_run(CacheSettings(Fn_compute_blocks=2, Bn_compute_blocks=1), STEPS, target.cacheable_blocks, NODE)
+        plan_run(DBCacheSettings(Fn_compute_blocks=2, Bn_compute_blocks=1), STEPS, target.cacheable_blocks, NODE)
 
 
 # --- a modulation slice per block (Chroma's loop) ---------------------------------------------------

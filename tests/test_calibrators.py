@@ -3,21 +3,21 @@
 import cache_dit
 import pytest
 
-from krea2_cachedit.adapters.calibrators import (
+from krea2_cachedit.adapters.dbcache.calibrators import (
     CALIBRATORS, calibrator_config, calibrator_summary, dmd_forecast_steps)
-from krea2_cachedit.adapters.settings import CacheSettings
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings
 
 
 def test_the_default_is_no_calibrator():
-    assert CacheSettings().calibrator == "none" and calibrator_config(CacheSettings()) is None
+    assert DBCacheSettings().calibrator == "none" and calibrator_config(DBCacheSettings()) is None
     assert CALIBRATORS == ("none", "taylorseer", "foca", "dmd")
 
 
 @pytest.mark.parametrize("settings, config_type, fields", [
-    (CacheSettings(calibrator="taylorseer", taylorseer_order=3), cache_dit.TaylorSeerCalibratorConfig,
+    (DBCacheSettings(calibrator="taylorseer", taylorseer_order=3), cache_dit.TaylorSeerCalibratorConfig,
      {"calibrator_type": "taylorseer", "taylorseer_order": 3}),
-    (CacheSettings(calibrator="foca"), cache_dit.FoCaCalibratorConfig, {"calibrator_type": "foca"}),
-    (CacheSettings(calibrator="dmd", dmd_history=5), cache_dit.DMDCalibratorConfig,
+    (DBCacheSettings(calibrator="foca"), cache_dit.FoCaCalibratorConfig, {"calibrator_type": "foca"}),
+    (DBCacheSettings(calibrator="dmd", dmd_history=5), cache_dit.DMDCalibratorConfig,
      {"calibrator_type": "dmd", "dmd_history": 5}),
 ], ids=["taylorseer", "foca", "dmd"])
 def test_each_calibrator_is_cache_dits_own_config(settings, config_type, fields):
@@ -38,7 +38,7 @@ def test_each_calibrator_is_cache_dits_own_config(settings, config_type, fields)
 ])
 def test_out_of_range_calibrator_settings_name_the_input(bad, message):
     with pytest.raises(ValueError, match=message):
-        CacheSettings(**bad)
+        DBCacheSettings(**bad)
 
 
 def test_the_summary_names_only_the_parameters_the_calibrator_reads():

@@ -15,10 +15,10 @@ import torch
 
 from cache_runs import (COND, SHAPE, SIGMAS, STEPS, UNCOND, Stream, cache_dit_change, forward, held_residuals, open_run,
                         record_of, run_single, run_split)
-from krea2_cachedit.adapters.decision_rules import DecisionRules
-from krea2_cachedit.adapters.residual_trace import StreamTrace
-from krea2_cachedit.adapters.threshold_advisor import pair_changes, threshold_intervals
-from krea2_cachedit.adapters.settings import CacheSettings
+from krea2_cachedit.adapters.dbcache.decision_rules import DecisionRules
+from krea2_cachedit.adapters.dbcache.residual_trace import StreamTrace
+from krea2_cachedit.adapters.dbcache.threshold_advisor import pair_changes, threshold_intervals
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings
 from krea2_synthetic import diffusers_transformer
 
 
@@ -36,7 +36,7 @@ def replay_of(run) -> set[int]:
 @pytest.fixture(scope="module")
 def measured(transformer):
     """A run with caching off: the residual changes of the reference trajectory."""
-    return record_of(run_single(transformer, CacheSettings(residual_diff_threshold=0.0), Stream(COND, 1)))
+    return record_of(run_single(transformer, DBCacheSettings(residual_diff_threshold=0.0), Stream(COND, 1)))
 
 
 def test_changes_are_measured_on_every_step_even_with_caching_off(measured):
@@ -73,14 +73,14 @@ def test_replay_matches_what_cache_dit_decided(transformer, measured, overrides)
     changes = sorted(d for d in measured.residual_diffs if d is not None)
     middles = [(a + b) / 2 for a, b in zip(changes, changes[1:])]
     for threshold in (middles[0], middles[len(middles) // 2], changes[-1] * 1.05):
-        settings = CacheSettings(**{"residual_diff_threshold": threshold, "max_warmup_steps": 2, **overrides})
+        settings = DBCacheSettings(**{"residual_diff_threshold": threshold, "max_warmup_steps": 2, **overrides})
         run = run_single(transformer, settings, Stream(COND, 1))
         assert replay_of(run) == set(record_of(run).cached_steps), f"threshold {threshold} {overrides}"
     assert record_of(run).cached_steps, "the last threshold must cache something, or the check says little"
 
 
 def test_replay_matches_cache_dit_for_split_cond_and_uncond(transformer):
-    settings = CacheSettings(residual_diff_threshold=0.9, max_warmup_steps=2, max_continuous_cached_steps=2)
+    settings = DBCacheSettings(residual_diff_threshold=0.9, max_warmup_steps=2, max_continuous_cached_steps=2)
     run, _ = run_split(transformer, settings, (UNCOND, COND))
     record = record_of(run)
     assert record.has_separate_cfg and len(record.streams) == 2
@@ -93,13 +93,13 @@ def test_replay_matches_cache_dit_for_split_cond_and_uncond(transformer):
 
 
 def test_reasons_follow_the_rules(transformer):
-    settings = CacheSettings(residual_diff_threshold=1.9, max_warmup_steps=2, max_continuous_cached_steps=2)
+    settings = DBCacheSettings(residual_diff_threshold=1.9, max_warmup_steps=2, max_continuous_cached_steps=2)
     record = record_of(run_single(transformer, settings, Stream(COND, 1)))
     # A threshold that always passes: warmup, then two cached, one computed for the limit, two cached...
     assert record.step_reasons == ["warmup", "warmup", "threshold", "threshold", "max_continuous",
                                    "threshold", "threshold", "max_continuous"]
     assert record.cached_steps == [2, 3, 5, 6]
-    masked = record_of(run_single(transformer, CacheSettings(steps_mask="fast"), Stream(COND, 1)))
+    masked = record_of(run_single(transformer, DBCacheSettings(steps_mask="fast"), Stream(COND, 1)))
     assert masked.step_reasons == ["warmup"] * 3 + ["mask"] * 5 and masked.cached_steps == [3, 5, 6]
 
 
@@ -112,20 +112,20 @@ def test_suggested_thresholds_cache_what_they_promise_give_or_take_one(transform
     for suggestion in suggestions:
         low, high = suggestion["range"]
         assert low < suggestion["threshold"] < high or suggestion["threshold"] == 1.0
-        rerun = record_of(run_single(transformer, CacheSettings(residual_diff_threshold=suggestion["threshold"]),
+        rerun = record_of(run_single(transformer, DBCacheSettings(residual_diff_threshold=suggestion["threshold"]),
                            Stream(COND, 1)))
         assert abs(len(rerun.cached_steps) - len(suggestion["cached_steps"])) <= 1, (suggestion, rerun.cached_steps)
 
 
 def test_time_estimate_adds_what_the_cached_calls_saved(transformer, measured):
     assert measured.estimated_uncached_s == pytest.approx(measured.duration_s)
-    record = record_of(run_single(transformer, CacheSettings(steps_mask="ultra"), Stream(COND, 1)))
+    record = record_of(run_single(transformer, DBCacheSettings(steps_mask="ultra"), Stream(COND, 1)))
     assert record.cached_steps and record.estimated_uncached_s > record.duration_s
     assert record.as_dict()["estimated_speedup"] > 1.0
 
 
 def test_decision_rules_of_a_fresh_context_mid_run():
-    settings = CacheSettings(steps_mask="fast", max_warmup_steps=4)
+    settings = DBCacheSettings(steps_mask="fast", max_warmup_steps=4)
     # cache-dit gets the rest of the mask from step 3 on, with its first step computing.
     rules = DecisionRules.for_context(settings, [1, 1, 0, 0, 1], start_step=3)
     assert rules.warmup_steps == frozenset({3, 4})
@@ -135,7 +135,7 @@ def test_decision_rules_of_a_fresh_context_mid_run():
 
 # --- the numbers cache-dit decides on -----------------------------------------------------------
 
-def run_in_bf16(transformer, settings: CacheSettings):
+def run_in_bf16(transformer, settings: DBCacheSettings):
     """One stream on a bf16 model (as Krea-2 runs on a GPU); also what cache-dit itself compared."""
     import cache_dit
 
@@ -167,12 +167,12 @@ def bf16_transformer():
 
 
 def test_in_bf16_at_the_threshold_chart_reasons_and_replay_are_what_cache_dit_decided(bf16_transformer):
-    measure = CacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
+    measure = DBCacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
     change = record_of(run_in_bf16(bf16_transformer, measure)[0]).residual_diffs[2]   # the first step compared
     outcomes = {}
     # cache-dit caches when change < threshold: at the change itself it computes, one float above it caches.
     for threshold in (change, math.nextafter(change, math.inf)):
-        run, compared = run_in_bf16(bf16_transformer, CacheSettings(
+        run, compared = run_in_bf16(bf16_transformer, DBCacheSettings(
             residual_diff_threshold=threshold, max_warmup_steps=2, max_continuous_cached_steps=-1))
         record = record_of(run)
         assert compared and all(record.residual_diffs[step] == value for step, value in compared.items()), \
@@ -197,7 +197,7 @@ def test_a_stream_holds_one_full_residual_through_the_middle_blocks(transformer)
     hook = transformer.transformer_blocks[2].register_forward_pre_hook(count)
     try:
         streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
-        settings = CacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
+        settings = DBCacheSettings(residual_diff_threshold=0.0, max_warmup_steps=2)
         with open_run(transformer, settings, conds_per_step=2) as run:
             run_box.append(run)
             for i in range(STEPS):

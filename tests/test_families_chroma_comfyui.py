@@ -15,7 +15,7 @@ show on its own model:
 - calls while a skip list (``skip_mmdit``) names a block computed in full, as without the node;
 - a LoRA in Chroma's native keys on both lists changes the image and the mask still caches;
 - two devices (split CFG over two copies): the mask cached in both lists on both devices;
-- the Spectrum node: its preset's steps forecast, a forecast call running no block;
+- the Forecast node: its preset's steps forecast, a forecast call running no block;
 - threshold caching at 4 steps (warmup 2), EasyCache refused, a ``patches_replace["dit"]`` block computed
   in full, heun at CFG 1 (each step's first evaluation served), TorchCompileModel before the node.
 

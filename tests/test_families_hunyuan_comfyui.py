@@ -15,7 +15,7 @@ video latent at 8 steps:
 - heun (two evaluations a step) with split CFG, and caching off under heun bit-identical;
 - a LoRA in native keys; TorchCompileModel before the node;
 - two devices (ComfyUI's MultiGPU CFG split): off bit-identical and the mask cached on both;
-- the Spectrum node's preset forecasting its steps at CFG 1, batched and split, a forecast call running no block.
+- the Forecast node's preset forecasting its steps at CFG 1, batched and split, a forecast call running no block.
 
 HunyuanImage 2.1 (2D latent, two lists): the mask cached in both lists with batched CFG and caching off
 bit-identical; on two devices, the mask cached in both lists on both.

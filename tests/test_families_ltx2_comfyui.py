@@ -19,7 +19,7 @@ What LTX-2's loop makes its own, each checked here:
 - ComfyUI's own STG guidance node (an extra call per step with blocks perturbed): that call computed in
   full beside the cache, the mask's step still cached, caching off bit-identical;
 - heun, a LoRA in LTX-2's native keys, TorchCompileModel, two devices (ComfyUI's multi-GPU CFG split);
-- the Spectrum node refuses it by name (two final layers: nothing single to forecast).
+- the Forecast node refuses it by name (two final layers: nothing single to forecast).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ a 9-frame 64x64 video from ``EmptyLTXVLatentVideo`` with the conditioning throug
 - a LoRA in LTXV's native keys changes the image and the mask still caches;
 - TorchCompileModel before the node caches the same steps;
 - two devices (one list: the shared decision works): off bit-identical, the mask cached on both;
-- the Spectrum node: its preset's steps forecast at CFG 1, batched and split, a forecast call running no block.
+- the Forecast node: its preset's steps forecast at CFG 1, batched and split, a forecast call running no block.
 - LTX-2 (`LTXAVModel`, a subclass with a loop of its own) resolves to its own entry, never LTXV's.
 """
 
@@ -213,7 +213,7 @@ comfy.options.enable_args_parsing()
 import comfy.cli_args, comfy.ops
 sys.path.insert(0, pack)
 from comfy.ldm.lightricks.av_model import LTXAVModel
-from adapters.registry import resolve
+from adapters.families.registry import resolve
 print(resolve(LTXAVModel(num_layers=1, device="meta", operations=comfy.ops.disable_weight_init)).family.name)
 """
 

@@ -17,7 +17,7 @@ sampled latent split into its video and audio latents by ComfyUI's ``LTXVSeparat
 - caching off is bit-identical to the graph without the node, for the video and the audio latent.
 
 Also run on it: threshold caching, EasyCache refused, heun, a LoRA in native keys, TorchCompileModel,
-two devices (ComfyUI's multi-GPU CFG split, one copy per cond), the Spectrum node split and at CFG 1.
+two devices (ComfyUI's multi-GPU CFG split, one copy per cond), the Forecast node split and at CFG 1.
 """
 
 from __future__ import annotations

@@ -192,13 +192,13 @@ def test_a_dbcache_node_before_it_is_replaced_and_says_so(comfy_server):
     _, runs = comfy_server.run_with_stats(prompt, node_id=None, runs=2)
     by_node = {r["node_id"]: r for r in runs}
     assert by_node["5"]["status"] == "skipped" and by_node["15"]["forecast_steps"] == FORECAST_STEPS
-    assert "Cache-DiT Spectrum (whole-call forecast) node 15 after this one" in by_node["5"]["warnings"][0]
+    assert "Cache-DiT Forecast node 15 after this one" in by_node["5"]["warnings"][0]
 
 
 def test_a_model_it_cannot_forecast_is_refused_naming_the_node(family_server):
     entry = family_server.run(with_forecast(family_prompt("wan", model=FAMILY_MODELS["wan_vace"], cache={})))
     error = prompt_error(entry)
-    assert error.startswith("TypeError: Cache-DiT Spectrum (whole-call forecast) got a VaceWanModel model"), error
+    assert error.startswith("TypeError: Cache-DiT Forecast got a VaceWanModel model"), error
 
 
 @pytest.mark.parametrize("bad, kind", [({"window_size": 0.5}, "custom_validation_failed"),
@@ -221,4 +221,4 @@ def test_the_stats_route_and_event_carry_the_forecast_run(comfy_server):
     assert record["estimated_uncached_s"] > record["duration_s"] > 0
     assert record["residual_diffs"] == [None] * 8 and record["threshold_suggestions"] == []
     log = comfy_server.log_text()
-    assert "Cache-DiT Spectrum (whole-call forecast) [node 5]: forecast steps 3/8" in log
+    assert "Cache-DiT Forecast [node 5]: forecast steps 3/8" in log

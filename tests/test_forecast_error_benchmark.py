@@ -9,8 +9,8 @@ import pytest
 import torch
 from comfy_harness import REPO_ROOT
 
-from krea2_cachedit.adapters.feature_forecast import ForecastSettings
-from krea2_cachedit.adapters.forecast_settings import WholeCallSettings
+from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import forecast_error  # noqa: E402
@@ -24,7 +24,7 @@ def path(steps: int, degree: int) -> list[torch.Tensor]:
     return [A + s * B + (s * s * C if degree == 2 else 0) for s in range(steps)]
 
 
-TURBO_4 = WholeCallSettings.from_preset("turbo_4_of_8")
+TURBO_4 = ForecastSettings.from_preset("turbo_4_of_8")
 
 
 def test_a_linear_path_under_the_linear_forecast_has_no_error():
@@ -42,10 +42,10 @@ def test_a_parabola_under_the_linear_forecast_has_an_error_at_every_forecast_ste
 
 def test_a_parabola_under_the_quadratic_forecast_has_no_error_and_the_change_is_the_steps_move():
     mask = [1, 1, 1, 1, 0, 0, 0, 1]   # evenly spaced points before the forecasts
-    errors = forecast_error.open_loop_errors(path(8, 2), mask, ForecastSettings("quadratic"))
+    errors = forecast_error.open_loop_errors(path(8, 2), mask, Forecaster("quadratic"))
     assert sorted(errors) == [4, 5, 6] and max(errors.values()) < 1e-12, errors
     # A step the schedule forecasts is computed while the history holds too few points (the node's order).
-    early = forecast_error.open_loop_errors(path(8, 2), [1, 0, 0, 0, 0, 0, 0, 1], ForecastSettings("quadratic"))
+    early = forecast_error.open_loop_errors(path(8, 2), [1, 0, 0, 0, 0, 0, 0, 1], Forecaster("quadratic"))
     assert sorted(early) == [3, 4, 5, 6]
     change = forecast_error.consecutive_change(path(4, 1))
     assert change[0] is None

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from krea2_cachedit.adapters.feature_forecast import FeatureHistory, ForecastSettings, chebyshev_row
-from krea2_cachedit.adapters.forecast_schedule import ForecastSchedule
-from krea2_cachedit.adapters.forecast_settings import PRESETS, WholeCallSettings, plan_forecast_run
+from krea2_cachedit.adapters.forecast.feature_forecast import FeatureHistory, Forecaster, chebyshev_row
+from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
+from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS, ForecastSettings, plan_forecast_run
 
 
 def computed(schedule: ForecastSchedule, steps: int) -> list[int]:
@@ -45,7 +45,7 @@ def test_final_computed_steps_keep_the_end_computed():
     ("turbo_5_of_8", 8, 5), ("turbo_4_of_8", 8, 4), ("raw_1_in_4", 52, 13), ("raw_1_in_5", 52, 11),
     ("spectrum_paper", 50, 14), ("spectrum_paper_fast", 50, 10)])
 def test_each_preset_computes_what_its_summary_says(preset, steps, count):
-    assert sum(plan_forecast_run(WholeCallSettings.from_preset(preset), steps).mask) == count
+    assert sum(plan_forecast_run(ForecastSettings.from_preset(preset), steps).mask) == count
     assert f"{steps} steps: {count} computed" in PRESETS[preset].summary
 
 
@@ -71,7 +71,7 @@ def polynomial_path(step: float) -> torch.Tensor:
 
 
 def test_a_polynomial_below_the_basis_size_is_forecast_exactly():
-    history = FeatureHistory(ForecastSettings("spectrum", chebyshev_degree=4, ridge_lambda=1e-12, blend_w=1.0), 50)
+    history = FeatureHistory(Forecaster("spectrum", chebyshev_degree=4, ridge_lambda=1e-12, blend_w=1.0), 50)
     for step in (0, 1, 2, 3, 4, 6, 8, 11, 15):
         history.add(step, polynomial_path(step))
     for step in (5, 9, 13, 18):
@@ -81,15 +81,15 @@ def test_a_polynomial_below_the_basis_size_is_forecast_exactly():
 def test_the_ridge_shrinks_a_fit_that_the_points_do_not_pin_down():
     """With lambda 0.1 (the paper's), a path the points do not pin down is not fitted exactly: the ridge
     trades fit for stability, which is why the blend with the local extrapolation exists."""
-    history = FeatureHistory(ForecastSettings("spectrum", 4, 0.1, 1.0), 50)
+    history = FeatureHistory(Forecaster("spectrum", 4, 0.1, 1.0), 50)
     for step in (0, 1, 2):
         history.add(step, polynomial_path(step))
     assert not torch.allclose(history.forecast(3), polynomial_path(3), rtol=1e-3, atol=1e-3)
 
 
 def test_linear_and_quadratic_extrapolate_from_the_last_computed_steps():
-    linear = FeatureHistory(ForecastSettings("linear"), 8)
-    quadratic = FeatureHistory(ForecastSettings("quadratic"), 8)
+    linear = FeatureHistory(Forecaster("linear"), 8)
+    quadratic = FeatureHistory(Forecaster("quadratic"), 8)
     path = lambda s: torch.tensor([3.0 + 2.0 * s - 0.5 * s * s], dtype=torch.float64)  # noqa: E731
     for step in (0, 2, 4):
         linear.add(step, path(step))
@@ -100,9 +100,9 @@ def test_linear_and_quadratic_extrapolate_from_the_last_computed_steps():
 
 
 def test_the_blend_is_the_convex_mix_of_the_two():
-    spectral = FeatureHistory(ForecastSettings("spectrum", 4, 0.1, 1.0), 20)
-    linear = FeatureHistory(ForecastSettings("linear"), 20)
-    mixed = FeatureHistory(ForecastSettings("spectrum", 4, 0.1, 0.3), 20)
+    spectral = FeatureHistory(Forecaster("spectrum", 4, 0.1, 1.0), 20)
+    linear = FeatureHistory(Forecaster("linear"), 20)
+    mixed = FeatureHistory(Forecaster("spectrum", 4, 0.1, 0.3), 20)
     for step in (0, 1, 2, 3, 5):
         for history in (spectral, linear, mixed):
             history.add(step, polynomial_path(step) + 0.01 * step ** 2)
@@ -111,7 +111,7 @@ def test_the_blend_is_the_convex_mix_of_the_two():
 
 
 def test_a_forecast_keeps_the_features_dtype_and_the_history_its_size():
-    history = FeatureHistory(ForecastSettings("spectrum"), 50)
+    history = FeatureHistory(Forecaster("spectrum"), 50)
     for step in range(12):
         history.add(step, torch.full((2, 3), float(step), dtype=torch.bfloat16))
     assert history.forecast(13).dtype == torch.bfloat16

@@ -14,20 +14,20 @@ import pytest
 import torch
 
 from cache_runs import COND, NODE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs, forward, plain_outputs, record_of
-from krea2_cachedit.adapters import registry
-from krea2_cachedit.adapters.feature_forecast import ForecastSettings
-from krea2_cachedit.adapters.forecast_run import ForecastRun
-from krea2_cachedit.adapters.forecast_schedule import ForecastSchedule
-from krea2_cachedit.adapters.forecast_settings import WholeCallSettings, plan_forecast_run
-from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.families import registry
+from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
+from krea2_cachedit.adapters.forecast.forecast_run import ForecastRun
+from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
+from krea2_cachedit.adapters.sampling.step_clock import StepClock
 
-TURBO = WholeCallSettings.from_preset("turbo_5_of_8")          # 8 steps: 0 1 3 5 7 computed, 2 4 6 forecast
+TURBO = ForecastSettings.from_preset("turbo_5_of_8")          # 8 steps: 0 1 3 5 7 computed, 2 4 6 forecast
 TURBO_FORECAST = [2, 4, 6]
-NOTHING = WholeCallSettings("custom", ForecastSettings("linear"), ForecastSchedule(0, 1.0, 0.0, 0))   # every step
-SPECTRUM = WholeCallSettings("custom", ForecastSettings("spectrum", 4, 0.1, 0.5), ForecastSchedule(3, 2.0, 0.0, 1))
+NOTHING = ForecastSettings("custom", Forecaster("linear"), ForecastSchedule(0, 1.0, 0.0, 0))   # every step
+SPECTRUM = ForecastSettings("custom", Forecaster("spectrum", 4, 0.1, 0.5), ForecastSchedule(3, 2.0, 0.0, 1))
 
 
-def open_forecast(transformer, settings: WholeCallSettings, conds_per_step: int) -> ForecastRun:
+def open_forecast(transformer, settings: ForecastSettings, conds_per_step: int) -> ForecastRun:
     clock = StepClock(SIGMAS)
     return ForecastRun(registry.resolve(transformer), plan_forecast_run(settings, clock.steps), clock, conds_per_step,
                        node_name=NODE)
@@ -194,14 +194,14 @@ def test_on_two_devices_each_forecasts_its_own_conds_alike():
     import threading
 
     from cache_runs import seeded_transformer
-    from krea2_cachedit.adapters.methods import WHOLE_CALL_FORECAST
-    from krea2_cachedit.adapters.multi_device import DeviceModel, MultiDeviceRun
+    from krea2_cachedit.adapters.methods import FORECAST
+    from krea2_cachedit.adapters.sampling.multi_device import DeviceModel, MultiDeviceRun
 
     copies = [seeded_transformer(), seeded_transformer()]
     devices = [DeviceModel(label, registry.resolve(copy), copy, conds_per_step=1)
                for label, copy in zip(("cuda:0", "cuda:1"), copies)]
     clock = StepClock(SIGMAS)
-    run = WHOLE_CALL_FORECAST.open_run(plan_forecast_run(TURBO, clock.steps), clock, target=None, host=None,
+    run = FORECAST.open_run(plan_forecast_run(TURBO, clock.steps), clock, target=None, host=None,
                                        conds_per_step=2, devices=devices, node_name=NODE)
     assert isinstance(run, MultiDeviceRun)
     streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7)]

@@ -11,10 +11,10 @@ import collections
 import pytest
 import torch
 
-from krea2_cachedit.adapters import krea2_checkpoint as kc
-from krea2_cachedit.adapters import krea2_diffusers as kd
-from krea2_cachedit.adapters import krea2_gguf as kg
-from krea2_cachedit.adapters import krea2_listing as kl
+from krea2_cachedit.adapters.krea2_loader import krea2_checkpoint as kc
+from krea2_cachedit.adapters.krea2_loader import krea2_diffusers as kd
+from krea2_cachedit.adapters.krea2_loader import krea2_gguf as kg
+from krea2_cachedit.adapters.krea2_loader import krea2_listing as kl
 from krea2_gguf_files import dequantized_state_dict, write_krea2_gguf
 from krea2_synthetic import Krea2Shape, native_state_dict
 
@@ -157,10 +157,10 @@ def test_type_diffusers_cannot_dequantize_is_refused_before_loading(tmp_path):
 
 def test_cached_steps_dequantize_only_the_blocks_they_compute(tmp_path):
     """A step that Cache-DiT serves from its cache skips the quantized blocks' dequantization."""
-    from krea2_cachedit.adapters import registry
-    from krea2_cachedit.adapters.cache_run import CacheRun
-    from krea2_cachedit.adapters.settings import CacheSettings, plan_run
-    from krea2_cachedit.adapters.step_clock import StepClock
+    from krea2_cachedit.adapters.families import registry
+    from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
+    from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
+    from krea2_cachedit.adapters.sampling.step_clock import StepClock
 
     path, _ = write(tmp_path / "krea2-Q8_0.gguf", "Q8_0")
     model = kg.load_gguf_transformer(kg.inspect_gguf(path), torch.float32)
@@ -172,7 +172,7 @@ def test_cached_steps_dequantize_only_the_blocks_they_compute(tmp_path):
     target, clock = registry.resolve(model), StepClock(sigmas)
     per_step = []
     node = "Krea-2 Cache-DiT"
-    with CacheRun(target, plan_run(CacheSettings(steps_mask="fast"), clock.steps, target.num_blocks, node), clock,
+    with CacheRun(target, plan_run(DBCacheSettings(steps_mask="fast"), clock.steps, target.num_blocks, node), clock,
                   conds_per_step=1, node_name=node) as run:
         x = torch.randn(1, 16, SHAPE.channels * 4, generator=torch.Generator().manual_seed(0))
         for i in range(steps):

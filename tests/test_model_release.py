@@ -15,7 +15,7 @@ import pytest
 import torch
 from cache_runs import COND, FAST, OFF, SIGMAS, STEPS, UNCOND, Stream, forward, open_run, seeded_transformer
 
-from krea2_cachedit.adapters import text_path
+from krea2_cachedit.adapters.sampling import text_path
 
 
 class Interrupted(Exception):

@@ -11,9 +11,9 @@ run patches or hooks), with each module's own attributes. Then, read back over H
   ``gc.collect()``: every watched object is gone, and the registries still reach nothing.
 The cases: Krea-2 through ComfyUI's loader and the pack's (safetensors and GGUF), cached, caching
 off, interrupted, with the text-path reuse on and off, under TorchCompileModel, after a LoRA, and
-the Spectrum node; each other family cached (those with tests of their own, ``FamilySpec.own_tests``,
+the Forecast node; each other family cached (those with tests of their own, ``FamilySpec.own_tests``,
 on the graph their own module builds: LTXV's conditioning, MiniMax H3's latent split into video and
-audio; Chroma at 2 steps, each of its calls being slow), Wan and MiniMax H3 under the Spectrum node.
+audio; Chroma at 2 steps, each of its calls being slow), Wan and MiniMax H3 under the Forecast node.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from krea2_cachedit.adapters.multi_device import StepConsensus, conds_per_device
+from krea2_cachedit.adapters.sampling.multi_device import StepConsensus, conds_per_device
 
 
 def vote_together(consensus: StepConsensus, step: int, votes: dict[str, bool]) -> dict[str, bool]:

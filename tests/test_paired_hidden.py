@@ -2,7 +2,7 @@
 
 A small model with LTX-2's loop: one list of blocks called ``block((video, audio), context=...)``, each
 updating both tensors in place and returning the pair. cache-dit gets the pair as one tensor
-(``adapters/paired_hidden.py``); a twin whose blocks compute the same numbers out of place is the
+(``adapters/dbcache/paired_hidden.py``); a twin whose blocks compute the same numbers out of place is the
 reference, and a cached step must give the Fn output plus the last computed step's residual for both
 streams, with a batch of two (views of each stream stay contiguous).
 """
@@ -14,11 +14,11 @@ import contextlib
 import torch
 from cache_runs import FAST, FAST_MASK_CACHED, NODE, OFF
 
-from krea2_cachedit.adapters.cache_run import CacheRun
-from krea2_cachedit.adapters.registry import BlockList, ResolvedTransformer, TransformerFamily
-from krea2_cachedit.adapters.run_record import RunMeta, build
-from krea2_cachedit.adapters.settings import plan_run
-from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
+from krea2_cachedit.adapters.families.registry import BlockList, ResolvedTransformer, TransformerFamily
+from krea2_cachedit.adapters.record.run_record import RunMeta, build
+from krea2_cachedit.adapters.dbcache.settings import plan_run
+from krea2_cachedit.adapters.sampling.step_clock import StepClock
 
 STEPS, BLOCKS, VIDEO, AUDIO = 8, 4, 16, 8   # widths of the two streams
 SIGMAS = torch.linspace(1.0, 0.0, STEPS + 1)

@@ -8,7 +8,7 @@ reference starts). The stand-in is the family tests' shallow Qwen-Image checkpoi
 - ComfyUI detects the stand-in as 2511 (its latent differs from Qwen-Image's on the same weights);
 - the cache node with caching off is bit-identical to the graph without it, reference included;
 - the ``fast`` mask caches its step of 4 with the reference;
-- the Spectrum node forecasts its preset's steps with the reference (its final layer reads a
+- the Forecast node forecasts its preset's steps with the reference (its final layer reads a
   forecast of the image and reference tokens, the model slices the reference off).
 Qwen-Image's own reference method (``index``: references on cond and uncond, off and the mask at 8
 steps) is checked in ``test_families_comfyui.py``.

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from cache_runs import cache_dit_change, held_residuals
-from krea2_cachedit.adapters.residual_trace import SAMPLE_SIZE, StreamTrace, sample_index
+from krea2_cachedit.adapters.dbcache.residual_trace import SAMPLE_SIZE, StreamTrace, sample_index
 
 pytestmark = pytest.mark.tier("realshape")
 

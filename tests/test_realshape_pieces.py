@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from cache_runs import cache_dit_change, held_residuals
-from krea2_cachedit.adapters.decision_rules import DecisionRules
-from krea2_cachedit.adapters.residual_trace import SAMPLE_SIZE, StreamTrace, sample_index
-from krea2_cachedit.adapters.threshold_advisor import suggest_thresholds
-from krea2_cachedit.adapters.settings import CacheSettings
+from krea2_cachedit.adapters.dbcache.decision_rules import DecisionRules
+from krea2_cachedit.adapters.dbcache.residual_trace import SAMPLE_SIZE, StreamTrace, sample_index
+from krea2_cachedit.adapters.dbcache.threshold_advisor import suggest_thresholds
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings
 
 pytestmark = pytest.mark.tier("realshape")
 
@@ -64,7 +64,7 @@ def test_a_stream_traces_a_real_size_residual(name, dtype):
     assert held_residuals(trace) == 1, "only the reference: the cached step's residual is dropped"
     del first, second, flat
     # The advisor works on the samples and the exact values alone.
-    rules = DecisionRules.for_context(CacheSettings(max_warmup_steps=1), None, start_step=0)
+    rules = DecisionRules.for_context(DBCacheSettings(max_warmup_steps=1), None, start_step=0)
     [suggestion] = suggest_thresholds([(trace, rules)])
     assert suggestion["cached_steps"] == [1] and suggestion["range"][0] == pytest.approx(float(expected), abs=1e-6)
     trace.release()

@@ -12,12 +12,13 @@ import dataclasses
 import threading
 
 from cache_runs import NODE, COND, FAST, FAST_MASK_CACHED, SIGMAS, STEPS, UNCOND, Stream, forward, run_split, seeded_transformer
-from krea2_cachedit.adapters import registry, run_record
-from krea2_cachedit.adapters.cache_run import CacheRun
-from krea2_cachedit.adapters.multi_device import DeviceModel, MultiDeviceRun
-from krea2_cachedit.adapters.run_record import RunMeta
-from krea2_cachedit.adapters.settings import plan_run
-from krea2_cachedit.adapters.step_clock import StepClock
+from krea2_cachedit.adapters.families import registry
+from krea2_cachedit.adapters.record import run_record
+from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
+from krea2_cachedit.adapters.sampling.multi_device import DeviceModel, MultiDeviceRun
+from krea2_cachedit.adapters.record.run_record import RunMeta
+from krea2_cachedit.adapters.dbcache.settings import plan_run
+from krea2_cachedit.adapters.sampling.step_clock import StepClock
 
 META = RunMeta(node_name=NODE, node_id="5", prompt_id="p", cfg=3.5, guidance={"cfg": 3.5})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from krea2_cachedit.adapters.step_clock import StepClock, churned_start_sigmas
+from krea2_cachedit.adapters.sampling.step_clock import StepClock, churned_start_sigmas
 
 COND, UNCOND = "cond", "uncond"
 

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from comfy_harness import strict_loads
-from krea2_cachedit.adapters.run_record import RunMeta, skipped_record
-from krea2_cachedit.adapters.strict_json import dumps, finite_or_null
+from krea2_cachedit.adapters.record.run_record import RunMeta, skipped_record
+from krea2_cachedit.adapters.record.strict_json import dumps, finite_or_null
 
 
 def test_non_finite_floats_become_null_and_say_where():

@@ -24,14 +24,14 @@ import contextlib
 
 import torch
 
-from .block_count import BlockCounter
-from .call_router import CallLayout, StreamKey
+from ..families.registry import ResolvedTransformer
+from ..record.stream_report import StreamReport
+from ..sampling.block_count import BlockCounter
+from ..sampling.call_router import CallLayout, StreamKey
+from ..sampling.sampling_run import CallWork, SamplingRun, Vote
+from ..sampling.step_clock import StepClock
 from .feature_forecast import FeatureHistory
 from .forecast_settings import ForecastPlan
-from .registry import ResolvedTransformer
-from .sampling_run import CallWork, SamplingRun, Vote
-from .step_clock import StepClock
-from .stream_report import StreamReport
 
 # Why a step was computed or forecast, as the record names it (``OTHER_DEVICE``: another device of a
 # parallel run computed it, so this one did too).

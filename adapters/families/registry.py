@@ -322,8 +322,8 @@ ANY_SCOPE = NodeScope(
                 "'Load Krea-2 (diffusers)').")
 
 
-WHOLE_CALL_FORECAST_SCOPE = NodeScope(
-    node_name="Cache-DiT Spectrum (whole-call forecast)", families=tuple(f for f in SUPPORTED if f.final_layer),
+FORECAST_SCOPE = NodeScope(
+    node_name="Cache-DiT Forecast", families=tuple(f for f in SUPPORTED if f.final_layer),
     what="a transformer whose final layer this node knows",
     how_to_load=ANY_SCOPE.how_to_load)
 

@@ -27,12 +27,12 @@ from typing import Callable
 
 import torch
 
+from ..families.registry import ResolvedTransformer
+from ..record.stream_report import StreamAccount
 from .call_router import CallLayout, CallRouter, StreamKey
 from .foreign_serves import ForeignServeWatch
 from .observation import Call, CallTimer, RunObservation, RunOutcome, exit_status
-from .registry import ResolvedTransformer
 from .step_clock import StepClock
-from .stream_report import StreamAccount
 from .text_path import TextPathReuse
 
 # Told each block's true place before it runs: (index, blocks in its list, the block's keyword

@@ -25,9 +25,21 @@ from typing import Callable
 import torch
 
 from .krea2_checkpoint import (
-    NATIVE_MARKER, Krea2LoadError, LinearFactory, Shard, TensorStream, build_checkpoint_transformer,
-    build_empty_transformer, convert_native, detect_key_format, diffusers_names, fill_transformer, keeps_fp32,
-    parameter_shapes, single_file_config)
+    NATIVE_MARKER,
+    Krea2LoadError,
+    LinearFactory,
+    Shard,
+    TensorStream,
+    build_checkpoint_transformer,
+    build_empty_transformer,
+    convert_native,
+    detect_key_format,
+    diffusers_names,
+    fill_transformer,
+    keeps_fp32,
+    parameter_shapes,
+    single_file_config,
+)
 
 GGUF_SUFFIX = ".gguf"
 ARCHITECTURE_FIELD = "general.architecture"

@@ -27,9 +27,23 @@ from typing import Iterator
 import torch
 
 from .krea2_checkpoint import (
-    DIFFUSERS_MARKER, NATIVE_MARKER, Krea2LoadError, LinearFactory, QuantizedCheckpointError, Shard,
-    TensorStream, build_checkpoint_transformer, build_empty_transformer, convert_native, detect_key_format,
-    diffusers_names, fill_transformer, keeps_fp32, parameter_shapes, single_file_config)
+    DIFFUSERS_MARKER,
+    NATIVE_MARKER,
+    Krea2LoadError,
+    LinearFactory,
+    QuantizedCheckpointError,
+    Shard,
+    TensorStream,
+    build_checkpoint_transformer,
+    build_empty_transformer,
+    convert_native,
+    detect_key_format,
+    diffusers_names,
+    fill_transformer,
+    keeps_fp32,
+    parameter_shapes,
+    single_file_config,
+)
 
 KREA2_CLASS_NAME = "Krea2Transformer2DModel"
 CONFIG_NAME = "config.json"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..record.stream_report import StreamReport
 from .residual_trace import StreamTrace
-from .stream_report import StreamReport
 
 # Reasons, as reported per step.
 WARMUP, FRESH_CONTEXT, MASK, MAX_CACHED, MAX_CONTINUOUS = "warmup", "fresh_context", "mask", "max_cached", "max_continuous"

@@ -158,7 +158,7 @@ class CachedModule:
         if not self.keep_wrappers:
             yield
             return
-        from cache_dit.caching.cache_adapters.cache_adapter import CachedAdapter   # HOOKS["wrapper_builder"]
+        from cache_dit.caching.cache_adapters.cache_adapter import CachedAdapter  # HOOKS["wrapper_builder"]
 
         build = CachedAdapter.__dict__["collect_unified_blocks"]
 

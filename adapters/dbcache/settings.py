@@ -1,6 +1,6 @@
 """Node settings and step masks, resolved for one sampling run.
 
-The node stores exactly what the user set (``CacheSettings``): no value is
+The node stores exactly what the user set (``DBCacheSettings``): no value is
 replaced at run time. Only what depends on the run itself is decided per run,
 by ``plan_run``, and reported in the stats: the step mask is built for the
 run's actual step count.
@@ -26,7 +26,7 @@ STEP_MASKS = ("none", "slow", "medium", "fast", "ultra")
 
 
 @dataclasses.dataclass(frozen=True)
-class CacheSettings:
+class DBCacheSettings:
     """Everything the Cache-DiT nodes let a user set; the defaults are the reference settings."""
 
     Fn_compute_blocks: int = 1
@@ -59,11 +59,11 @@ class CacheSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunPlan:
+class DBCachePlan:
     """The concrete cache configuration for one run of ``steps`` steps."""
 
     steps: int
-    settings: CacheSettings          # exactly the node's settings
+    settings: DBCacheSettings          # exactly the node's settings
     mask: tuple[int, ...] | None     # 1 = compute the step, 0 = serve it from the cache
     warnings: tuple[str, ...] = ()
 
@@ -134,7 +134,7 @@ def build_step_mask(policy: str, steps: int) -> list[int]:
     raise ValueError(f"steps_mask '{policy}' needs 4, 6 or at least 8 sampling steps; this run has {steps}.")
 
 
-def check_compute_blocks(settings: CacheSettings, num_blocks: int, node_name: str) -> None:
+def check_compute_blocks(settings: DBCacheSettings, num_blocks: int, node_name: str) -> None:
     """Fn + Bn must leave blocks to cache; say so here rather than in cache-dit's assertion.
 
     With ``Fn + Bn == num_blocks`` no block is left between them: a step cache-dit counts
@@ -148,7 +148,7 @@ def check_compute_blocks(settings: CacheSettings, num_blocks: int, node_name: st
             f"(at most {num_blocks - 1} together).")
 
 
-def plan_run(settings: CacheSettings, steps: int, num_blocks: int, node_name: str) -> RunPlan:
+def plan_run(settings: DBCacheSettings, steps: int, num_blocks: int, node_name: str) -> DBCachePlan:
     """The step mask for a run of ``steps`` steps on ``num_blocks`` blocks, and any fallback taken.
 
     ``node_name``: the node that was placed, which a refusal names.
@@ -164,4 +164,4 @@ def plan_run(settings: CacheSettings, steps: int, num_blocks: int, node_name: st
         except ValueError as error:
             # Documented fallback: run without a mask (threshold only) and say so.
             warnings.append(f"{error} Running without a step mask (threshold only).")
-    return RunPlan(steps=steps, settings=settings, mask=mask, warnings=tuple(warnings))
+    return DBCachePlan(steps=steps, settings=settings, mask=mask, warnings=tuple(warnings))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .feature_forecast import ForecastSettings
+from .feature_forecast import Forecaster
 from .forecast_schedule import ForecastSchedule
 
 CUSTOM = "custom"
@@ -19,7 +19,7 @@ CUSTOM = "custom"
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-    forecast: ForecastSettings
+    forecast: Forecaster
     schedule: ForecastSchedule
     summary: str      # what it does, for the node's tooltip and the docs
 
@@ -27,10 +27,10 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     # Few-step distilled models (Krea-2 Turbo, 8 steps): a linear forecast, two steps of warmup and the
     # last step computed. 8 steps: 5 and 4 computed.
-    "turbo_5_of_8": Preset(ForecastSettings("linear"), ForecastSchedule(2, 2.0, 0.0, 1),
+    "turbo_5_of_8": Preset(Forecaster("linear"), ForecastSchedule(2, 2.0, 0.0, 1),
                            "Linear forecast every second step after 2 warmup steps, last step computed (8 steps: 5 "
                            "computed)"),
-    "turbo_4_of_8": Preset(ForecastSettings("linear"), ForecastSchedule(2, 3.0, 0.0, 1),
+    "turbo_4_of_8": Preset(Forecaster("linear"), ForecastSchedule(2, 3.0, 0.0, 1),
                            "Linear forecast two steps in three after 2 warmup steps, last step computed (8 steps: 4 "
                            "computed)"),
     # Long schedules (Krea-2 Raw, about 50 steps, CFG 3.5): a linear forecast past a short warmup, the
@@ -38,34 +38,34 @@ PRESETS: dict[str, Preset] = {
     # "Forecast error per step": its dynamics, not Krea-2 quality). raw_1_in_4's window grows slowly
     # (4, then 4.25, ...): the early gaps, where a forecast from the warmup points drifts most, stay
     # short; a quadratic forecast at the same 13 calls extrapolated its three near warmup points too far.
-    "raw_1_in_4": Preset(ForecastSettings("linear"), ForecastSchedule(2, 4.0, 0.25, 1),
+    "raw_1_in_4": Preset(Forecaster("linear"), ForecastSchedule(2, 4.0, 0.25, 1),
                          "Linear forecast, one step in four computed after 2 warmup steps, the window growing by "
                          "0.25, last step computed (52 steps: 13 computed)"),
-    "raw_1_in_5": Preset(ForecastSettings("linear"), ForecastSchedule(2, 6.0, 0.0, 1),
+    "raw_1_in_5": Preset(Forecaster("linear"), ForecastSchedule(2, 6.0, 0.0, 1),
                          "Linear forecast, one step in six computed after 2 warmup steps, last step computed "
                          "(52 steps: 11 computed)"),
     # The official code's defaults (configs/algo/spectrum.yaml, configs/base.yaml, its README's
     # alpha 0.75 setting): 14 computed steps of 50.
-    "spectrum_paper": Preset(ForecastSettings("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 0.75, 0),
+    "spectrum_paper": Preset(Forecaster("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 0.75, 0),
                              "Spectrum as published: m 4, lambda 0.1, w 1, warmup 5, N 2, alpha 0.75 (50 steps: 14 "
                              "computed)"),
     # Its README's aggressive setting (alpha 3.0): 10 computed steps of 50.
-    "spectrum_paper_fast": Preset(ForecastSettings("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 3.0, 0),
+    "spectrum_paper_fast": Preset(Forecaster("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 3.0, 0),
                                   "Spectrum as published, alpha 3 (50 steps: 10 computed)"),
 }
 PRESET_NAMES = (*PRESETS, CUSTOM)
 
 
 @dataclasses.dataclass(frozen=True)
-class WholeCallSettings:
+class ForecastSettings:
     """What the node asked for: a preset's settings, or the node's own under ``custom``."""
 
     preset: str
-    forecast: ForecastSettings
+    forecast: Forecaster
     schedule: ForecastSchedule
 
     @classmethod
-    def from_preset(cls, name: str) -> "WholeCallSettings":
+    def from_preset(cls, name: str) -> "ForecastSettings":
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {name!r}")
         return cls(name, PRESETS[name].forecast, PRESETS[name].schedule)
@@ -76,7 +76,7 @@ class ForecastPlan:
     """One run of ``steps`` steps: which steps the schedule computes (1) and forecasts (0)."""
 
     steps: int
-    settings: WholeCallSettings
+    settings: ForecastSettings
     mask: tuple[int, ...]
     warnings: tuple[str, ...] = ()
     mask_name: str = "forecast schedule"
@@ -98,7 +98,7 @@ class ForecastPlan:
                 "computed_steps": [step for step, computed in enumerate(self.mask) if computed]}
 
 
-def plan_forecast_run(settings: WholeCallSettings, steps: int) -> ForecastPlan:
+def plan_forecast_run(settings: ForecastSettings, steps: int) -> ForecastPlan:
     if steps < 1:
         raise ValueError("a sampling run needs at least one step")
     return ForecastPlan(steps, settings, tuple(int(c) for c in settings.schedule.computed(steps)))

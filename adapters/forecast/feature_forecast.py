@@ -34,7 +34,7 @@ MIN_POINTS = {"spectrum": 2, "linear": 2, "quadratic": 3}
 
 
 @dataclasses.dataclass(frozen=True)
-class ForecastSettings:
+class Forecaster:
     forecast: str = "spectrum"
     chebyshev_degree: int = 4      # m: the bases are T_0..T_m
     ridge_lambda: float = 0.1
@@ -75,7 +75,7 @@ def chebyshev_row(tau: float, degree: int) -> list[float]:
 class FeatureHistory:
     """One stream's computed features in one context, and its forecast at any later step."""
 
-    def __init__(self, settings: ForecastSettings, steps: int):
+    def __init__(self, settings: Forecaster, steps: int):
         self.settings = settings
         self.steps = max(steps, 1)
         self.computed_steps: list[int] = []

@@ -17,24 +17,24 @@ from __future__ import annotations
 
 import contextlib
 
+from ..families.registry import ResolvedTransformer
+from ..sampling.call_router import CallLayout, StreamKey
+from ..sampling.sampling_run import BlockIndexTeller, CallWork, SamplingRun, Vote
+from ..sampling.step_clock import StepClock
 from .block_probe import BlockProbe, ModulationSlices
 from .cache_dit_bridge import CachedModule, ListToCache, context_configs
 from .cache_dit_logs import quiet_cache_dit
 from .calibrators import calibrator_config
-from .call_router import CallLayout, StreamKey
 from .decision_rules import DecisionRules, TracedStream
 from .paired_hidden import PairedHidden
-from .registry import ResolvedTransformer
 from .residual_trace import StreamTrace, TraceBook
-from .sampling_run import BlockIndexTeller, CallWork, SamplingRun, Vote
-from .settings import RunPlan
-from .step_clock import StepClock
+from .settings import DBCachePlan
 
 
 class CacheRun(SamplingRun):
     """cache-dit's DBCache enabled on ``target`` for one sampling run; use as a context manager."""
 
-    def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, conds_per_step: int, *,
+    def __init__(self, target: ResolvedTransformer, plan: DBCachePlan, clock: StepClock, conds_per_step: int, *,
                  node_name: str, host=None, tell_block_index: BlockIndexTeller | None = None,
                  text_reuse_off: str | None = None):
         super().__init__(target, plan, clock, conds_per_step, node_name=node_name, host=host,

@@ -15,11 +15,12 @@ the run needs per call:
 from __future__ import annotations
 
 import functools
+
 import torch
 
-from .registry import BlockList, BlockModulation
+from ..families.registry import BlockList, BlockModulation
+from ..sampling.sampling_run import BlockIndexTeller
 from .residual_trace import StreamTrace
-from .sampling_run import BlockIndexTeller
 
 
 class BlockProbe:

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import torch
 
-from .observation import Call, ParallelOutcome, RunObservation, RunOutcome
+from ..sampling.observation import Call, ParallelOutcome, RunObservation, RunOutcome
 from .stream_report import StreamReport
 from .strict_json import finite_or_null, replaced_warning
 
@@ -201,7 +201,7 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
     sigmas = [call_sigmas(o.calls) for o in observations]   # one device read each
     streams = [stream for d in devices for stream in d.streams(overridden, labelled=parallel is not None)]
     return RunRecord(
-        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=outcome.model,
+        node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=outcome.family,
         method=plan.method_summary(), steps_mask=plan.mask_name, mask=list(plan.mask) if plan.mask else None,
         steps=steps, sigmas=[round(v, 6) for v in clock.sigmas], cfg=float(meta.cfg), guidance=dict(meta.guidance),
         # "split" across devices: the step's conds went to several devices (each one's own mode is in ``devices``).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .registry import BlockList
+from ..families.registry import BlockList
 
 
 class PairedHidden:

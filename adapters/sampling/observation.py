@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .stream_report import StreamAccount
+from ..record.stream_report import StreamAccount
 from .text_path import TextPathCounts
 
 if TYPE_CHECKING:
-    from .settings import RunPlan
     from .step_clock import StepClock
 
 
@@ -112,9 +111,9 @@ class ParallelOutcome:
 class RunOutcome:
     """What a finished run hands back for its record: the plan, the clock, one observation per device."""
 
-    plan: RunPlan
+    plan: object                # the method's plan (its settings, record_parts, skipped_state, ...)
     clock: StepClock            # its steps, sigmas and warnings (a multi-device run's shared view of it)
-    model: str                  # the family's name
+    family: str                 # the family's name (the record's ``model``)
     observations: tuple[RunObservation, ...]   # empty when the run never started (enabling failed)
     parallel: ParallelOutcome | None = None     # several devices only
 

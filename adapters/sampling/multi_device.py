@@ -38,8 +38,8 @@ import time
 
 import torch
 
+from ..families.registry import ResolvedTransformer
 from .observation import ParallelOutcome, RunObservation, RunOutcome
-from .registry import ResolvedTransformer
 from .sampling_run import BlockIndexTeller, SamplingRun
 from .step_clock import StepClock
 
@@ -266,7 +266,7 @@ class MultiDeviceRun:
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
-        self.model = devices[0].target.family.name
+        self.family = devices[0].target.family.name
         self.step_clock = clock           # the record's (its warnings); the devices share it through ``clock``
         self.clock = SharedClock(clock)
         self.consensus = StepConsensus(min_wait_s)
@@ -284,7 +284,7 @@ class MultiDeviceRun:
 
     def outcome(self) -> RunOutcome:
         """What the record is built from (``run_record.build``), once the run has ended."""
-        return RunOutcome(self.plan, self.step_clock, self.model, tuple(self.observations), self.parallel)
+        return RunOutcome(self.plan, self.step_clock, self.family, tuple(self.observations), self.parallel)
 
     def routes(self) -> dict[int, DeviceRun]:
         """Each device's run by the id of the module its calls go to."""

@@ -1,0 +1,11 @@
+"""What every method's run shares on the way from the sampler to the model.
+
+- ``sampling_run``: ``SamplingRun``, the interface every method's run implements (per call: step,
+  stream, text path, foreign serves, timing; the observation at the end);
+- ``step_clock``: which sampling step a model call belongs to;
+- ``call_router``: each call's CFG stream and context, or an extra call computed in full;
+- ``multi_device``: a run per device copy and one decision per step for all of them;
+- ``observation``: what a run saw, handed out when it ends;
+- ``text_path``, ``foreign_serves``, ``block_count``: the family's text path computed once per batch of
+  conds, calls another step cache answered, blocks that ran.
+"""
