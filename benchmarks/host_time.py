@@ -81,7 +81,7 @@ def timed_parts(node_model, krea2_model_module):
     from comfy_harness import load_pack
 
     pack = load_pack().__name__   # the pack as ComfyUI imports it (a folder in custom_nodes)
-    cache_run = importlib.import_module(f"{pack}.adapters.dbcache.cache_run")
+    sampling_run = importlib.import_module(f"{pack}.adapters.sampling.sampling_run")
     block_probe = importlib.import_module(f"{pack}.adapters.dbcache.block_probe")
     wrappers = importlib.import_module(f"{pack}.nodes.wrappers")
     timers = Timers()
@@ -92,8 +92,8 @@ def timed_parts(node_model, krea2_model_module):
     timers.wrap(CachedBlocks_Pattern_3_4_5, "forward", "cache-dit block wrapper")
     timers.wrap(block_probe.BlockProbe, "_before_block", "pack block hooks")
     timers.wrap(block_probe.BlockProbe, "_after_fn_blocks", "pack Fn hook and diagnostics")
-    timers.wrap(cache_run.CacheRun, "__enter__", "open")
-    timers.wrap(cache_run.CacheRun, "__exit__", "close")
+    timers.wrap(sampling_run.SamplingRun, "__enter__", "open")   # a DBCache run's open and close (CacheRun's hooks)
+    timers.wrap(sampling_run.SamplingRun, "__exit__", "close")
     timers.wrap(wrappers, "record_or_none", "record")
     timers.wrap(wrappers.routes, "publish", "publish")
     # The node's model holds the wrapper function itself: time that entry, and put it back after.
