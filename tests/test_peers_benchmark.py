@@ -18,12 +18,12 @@ import pytest
 from comfy_harness import REPO_ROOT, strict_loads
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import peers_cases  # noqa: E402
-import peers_checks  # noqa: E402
-import peers_compare  # noqa: E402
-import peers_report  # noqa: E402
-import peers_runner  # noqa: E402
-import peers_sample  # noqa: E402
+from peers import cases as peers_cases  # noqa: E402
+from peers import checks as peers_checks  # noqa: E402
+from peers import compare as peers_compare  # noqa: E402
+from peers import report as peers_report  # noqa: E402
+from peers import runner as peers_runner  # noqa: E402
+from peers import sample as peers_sample  # noqa: E402
 import spread  # noqa: E402
 
 proxy_tier = pytest.mark.tier("proxy")
