@@ -20,12 +20,12 @@ import torch
 from comfy_harness import REPO_ROOT, comfyui_python
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import gpu_check_budget  # noqa: E402
-import gpu_check_cases  # noqa: E402
-import gpu_check_phases  # noqa: E402
-import gpu_check_rows  # noqa: E402
-import gpu_check_table  # noqa: E402
-import gpu_check_setup  # noqa: E402
+from gpu_check import budget as gpu_check_budget  # noqa: E402
+from gpu_check import cases as gpu_check_cases  # noqa: E402
+from gpu_check import phases as gpu_check_phases  # noqa: E402
+from gpu_check import rows as gpu_check_rows  # noqa: E402
+from gpu_check import setup as gpu_check_setup  # noqa: E402
+from gpu_check import table as gpu_check_table  # noqa: E402
 from krea2_synthetic import (  # noqa: E402
     FULL_SIZE, Krea2Shape, native_shapes, native_state_dict, write_native_checkpoint)
 from speedup import Case  # noqa: E402
