@@ -143,6 +143,15 @@ def test_every_comfyui_requirement_is_carried_preinstalled_or_left_out(comfy_roo
         gpu_check_setup.check_requirements_decided(tmp_path)
 
 
+def test_the_entry_runs_by_path_beside_its_package():
+    # benchmarks/gpu_check.py and the package benchmarks/gpu_check/ share a name: run by path (as
+    # gpu_check.setup runs it after the install), the script is __main__ and imports its parts from the package.
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_check.py"), "--help"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--smoke" in result.stdout and "--manifest" in result.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="here a GPU check would run")
 def test_without_cuda_it_stops_before_installing(tmp_path):
     result = subprocess.run([sys.executable, str(REPO_ROOT / "dev.py"), "gpu-check", "--from", str(tmp_path)],
