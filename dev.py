@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
         return 2
     command, rest = argv[0], argv[1:]
     if command == "gpu-check":  # sets up its own environments: the GPU machine's python3 runs it as is
-        from gpu_check_setup import main as gpu_check
+        from gpu_check.setup import main as gpu_check
 
         return gpu_check(rest)
     python, comfy_root = prepare()

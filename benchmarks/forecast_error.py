@@ -53,7 +53,7 @@ ForecastSchedule, ForecastSettings = forecast_schedule.ForecastSchedule, forecas
 
 RESULTS = BENCH_DIR / "results" / "forecast_error.json"
 REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
-# The settings the peer benchmark measures (benchmarks/peers_cases.py), by regime.
+# The settings the peer benchmark measures (benchmarks/peers/cases.py), by regime.
 NAMED = {"turbo": ("turbo_5_of_8", "turbo_4_of_8", "spectrum_paper", "spectrum_paper_fast"),
          "raw": ("raw_1_in_4", "raw_1_in_5", "spectrum_paper", "spectrum_paper_fast")}
 LINEAR_WINDOWS = {"turbo": (2.0, 3.0, 4.0), "raw": (3.0, 4.0, 6.0, 8.0)}
@@ -335,7 +335,7 @@ def main(argv=None):
     if unknown:
         parser.error(f"--regimes: unknown {sorted(unknown)}; choose from {sorted(REGIMES)}")
     from krea2_proxy import ensure_proxy
-    from peers_cases import IMAGES
+    from peers.cases import IMAGES
 
     proxy = ensure_proxy(comfy_root)
     use_comfyui_in_process(comfy_root)

@@ -1,8 +1,9 @@
 """GPU check: Krea-2 Turbo and Raw at full size through ComfyUI, with and without Cache-DiT and torch.compile.
 
 Run by ``python3 dev.py gpu-check`` after it installed ComfyUI and the wheels (see
-``gpu_check_setup.py``). It generates a seeded-random Krea-2 with the real architecture
-(12.8B parameters, bf16, native format), starts the real ComfyUI server on the GPU and samples,
+``gpu_check/setup.py``; the check's other parts are in ``gpu_check/`` too). It generates a
+seeded-random Krea-2 with the real architecture (12.8B parameters, bf16, native format), starts
+the real ComfyUI server on the GPU and samples,
 side by side in one run, through ComfyUI's own execution (UNETLoader, KSampler, ...):
 
 - Turbo (8 steps, CFG 1) and Raw (52 steps, CFG 3.5) at 1024x1024: without the node, with the
@@ -32,13 +33,15 @@ sys.path.insert(0, str(REPO_ROOT / "devkit"))
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 from comfy_harness import find_comfyui, load_pack  # noqa: E402
-from gpu_check_budget import Budget  # noqa: E402
-from gpu_check_cases import FULL, SMOKE, Scale  # noqa: E402
-from gpu_check_checkpoint import generate_checkpoint, krea2_shape  # noqa: E402
-from gpu_check_phases import Check  # noqa: E402
-from gpu_check_report import report_progress, run_settings, write_report  # noqa: E402
-from gpu_check_server import keep_server_log, start_server  # noqa: E402
-from gpu_check_table import print_table  # noqa: E402
+# The parts are the package gpu_check/ beside this script (benchmarks/gpu_check/): run by path, this
+# script is __main__, and the name gpu_check is the package's (gpu_check/__init__.py says why).
+from gpu_check.budget import Budget  # noqa: E402
+from gpu_check.cases import FULL, SMOKE, Scale  # noqa: E402
+from gpu_check.checkpoint import generate_checkpoint, krea2_shape  # noqa: E402
+from gpu_check.phases import Check  # noqa: E402
+from gpu_check.report import report_progress, run_settings, write_report  # noqa: E402
+from gpu_check.server import keep_server_log, start_server  # noqa: E402
+from gpu_check.table import print_table  # noqa: E402
 
 
 def measure(args, report: dict, scale: Scale, budget: Budget, checkpoint: Path, manifest: dict | None,

@@ -27,9 +27,11 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from peers_cases import IMAGES, REGIMES, full_cases, quick_cases  # noqa: E402  (its speedup import puts devkit/ on the path)
-from peers_report import conditions, report  # noqa: E402
-from peers_runner import OWN_COST_PAIRS, measure, measure_own_cost  # noqa: E402
+# The parts are the package peers/ beside this script (benchmarks/peers/): run by path, this script
+# is __main__, and the name peers is the package's (peers/__init__.py says why the two coexist).
+from peers.cases import IMAGES, REGIMES, full_cases, quick_cases  # noqa: E402  (its speedup import puts devkit/ on the path)
+from peers.report import conditions, report  # noqa: E402
+from peers.runner import OWN_COST_PAIRS, measure, measure_own_cost  # noqa: E402
 
 from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
 from krea2_prompts import PROXY_MODEL  # noqa: E402

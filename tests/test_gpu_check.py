@@ -20,12 +20,12 @@ import torch
 from comfy_harness import REPO_ROOT, comfyui_python
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import gpu_check_budget  # noqa: E402
-import gpu_check_cases  # noqa: E402
-import gpu_check_phases  # noqa: E402
-import gpu_check_rows  # noqa: E402
-import gpu_check_table  # noqa: E402
-import gpu_check_setup  # noqa: E402
+from gpu_check import budget as gpu_check_budget  # noqa: E402
+from gpu_check import cases as gpu_check_cases  # noqa: E402
+from gpu_check import phases as gpu_check_phases  # noqa: E402
+from gpu_check import rows as gpu_check_rows  # noqa: E402
+from gpu_check import setup as gpu_check_setup  # noqa: E402
+from gpu_check import table as gpu_check_table  # noqa: E402
 from krea2_synthetic import (  # noqa: E402
     FULL_SIZE, Krea2Shape, native_shapes, native_state_dict, write_native_checkpoint)
 from speedup import Case  # noqa: E402
@@ -141,6 +141,15 @@ def test_every_comfyui_requirement_is_carried_preinstalled_or_left_out(comfy_roo
     (tmp_path / "requirements.txt").write_text((comfy_root / "requirements.txt").read_text() + "\nnew-dep>=1\n")
     with pytest.raises(SystemExit, match="new-dep"):
         gpu_check_setup.check_requirements_decided(tmp_path)
+
+
+def test_the_entry_runs_by_path_beside_its_package():
+    # benchmarks/gpu_check.py and the package benchmarks/gpu_check/ share a name: run by path (as
+    # gpu_check.setup runs it after the install), the script is __main__ and imports its parts from the package.
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_check.py"), "--help"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--smoke" in result.stdout and "--manifest" in result.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="here a GPU check would run")

@@ -72,8 +72,8 @@ def test_a_threshold_just_above_the_change_caches_step_1_at_real_size(realshape_
 
 def test_the_gpu_checks_prompt_and_report_run_at_real_size(realshape_server):
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    import gpu_check_cases
-    import gpu_check_rows
+    from gpu_check import cases as gpu_check_cases
+    from gpu_check import rows as gpu_check_rows
     from speedup import Case, case_prompt, run_prompt
 
     case = Case("turbo defaults", 1, 1.0, gpu_check_cases.VARIANTS["defaults"])

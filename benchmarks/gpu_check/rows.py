@@ -10,7 +10,7 @@ import dataclasses
 import statistics
 
 from speedup import Case, relative_l2
-from gpu_check_cases import TWO_GPUS, VARIANTS, Workload
+from .cases import TWO_GPUS, VARIANTS, Workload
 
 OVERHEAD_LIMIT = 0.01                           # caching off vs no node
 

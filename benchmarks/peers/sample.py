@@ -13,7 +13,7 @@ import re
 from speedup import run_prompt  # also puts devkit/ on the path and loads the pack
 from comfy_harness import ComfyServer
 from krea2_prompts import proxy_prompt, with_forecast
-from peers_cases import PeerCase
+from .cases import PeerCase
 
 PEER_NODE = "20"  # the EasyCache / LazyCache node, between the loader and the KSampler
 OWN_INPUT_NODE = "21"  # Krea2TestOwnModelInput, before the peer node

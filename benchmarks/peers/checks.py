@@ -6,8 +6,8 @@ Each margin is judged by the median of per-repeat ratios and its 95% confidence 
 
 from __future__ import annotations
 
-from peers_cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_PRESETS, PEERS, UNCACHED, is_forecast, is_node
-from peers_compare import EQUAL_SPEED, best_at_least_as_fast
+from .cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_PRESETS, PEERS, UNCACHED, is_forecast, is_node
+from .compare import EQUAL_SPEED, best_at_least_as_fast
 from spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,
                     paired_ratios, show)
 

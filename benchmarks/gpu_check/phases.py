@@ -8,11 +8,11 @@ what is left and records what was cut.
 from __future__ import annotations
 
 from comfy_harness import ComfyServer
-from gpu_check_budget import (RAW_MIN_STEPS, Budget, BudgetExceeded, compiled_turbo_reserve, plan_raw, raw_share,
+from .budget import (RAW_MIN_STEPS, Budget, BudgetExceeded, compiled_turbo_reserve, plan_raw, raw_share,
                               repeats_that_fit)
-from gpu_check_cases import COMPILED_VARIANTS, RAW, TURBO, TWO_GPU_VARIANTS, TWO_GPUS, VARIANTS, Scale, Workload
-from gpu_check_measure import Measurer
-from gpu_check_rows import Measured, new_row
+from .cases import COMPILED_VARIANTS, RAW, TURBO, TWO_GPU_VARIANTS, TWO_GPUS, VARIANTS, Scale, Workload
+from .measure import Measurer
+from .rows import Measured, new_row
 
 
 class Check:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from peers_cases import CACHING_OFF, FREE_THRESHOLD, MASKS, PEERS, THRESHOLD, UNCACHED, is_node
+from .cases import CACHING_OFF, FREE_THRESHOLD, MASKS, PEERS, THRESHOLD, UNCACHED, is_node
 
 EQUAL_SPEED = 0.05  # wall-clock speedups within 5% count as equal
 

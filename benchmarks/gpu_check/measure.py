@@ -8,9 +8,9 @@ import time
 
 from speedup import Case, case_prompt, run_prompt  # also puts devkit/ on the path and loads the pack
 from comfy_harness import COMPILE_ROUTE, MEMORY_ROUTE, ComfyServer
-from gpu_check_budget import Budget, BudgetExceeded
-from gpu_check_cases import TWO_GPUS, Scale
-from gpu_check_rows import Measured
+from .budget import Budget, BudgetExceeded
+from .cases import TWO_GPUS, Scale
+from .rows import Measured
 
 WARMUP_SEED = 10_000
 

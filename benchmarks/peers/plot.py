@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from peers_cases import EASYCACHE, EASYCACHE_IN_PLACE, LAZYCACHE, PEERS, REGIMES, UNCACHED, is_node_default
+from .cases import EASYCACHE, EASYCACHE_IN_PLACE, LAZYCACHE, PEERS, REGIMES, UNCACHED, is_node_default
 from projection import GPU_CALL_S
 
 PEER_STYLE = {EASYCACHE: dict(color="black", linestyle="--"), LAZYCACHE: dict(color="darkgoldenrod", linestyle="--")}

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import statistics
 
-from peers_cases import UNCACHED, PeerCase  # first: its speedup import loads the pack
+from .cases import UNCACHED, PeerCase  # first: its speedup import loads the pack
 from spread import paired_ratios, spread
 
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from comfy_harness import ComfyServer
-from gpu_check_cases import Scale
+from .cases import Scale
 
 
 def start_server(comfy_root: Path, work: Path, scale: Scale, checkpoint: Path, manifest: dict | None) -> ComfyServer:

@@ -7,9 +7,9 @@ table, the three cases that decide the node's own cost run back to back many mor
 
 from __future__ import annotations
 
-from peers_cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, UNCACHED, WARMUP_IMAGE, PeerCase
-from peers_rows import summarize
-from peers_sample import run_case
+from .cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, UNCACHED, WARMUP_IMAGE, PeerCase
+from .rows import summarize
+from .sample import run_case
 from comfy_harness import ComfyServer
 
 # The node's own cost is a margin of 1%: no single repeat shows it on a CPU whose runs vary by a few

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gpu_check_cases import COMPILED_VARIANTS, RAW_FULL_STEPS, Scale
+from .cases import COMPILED_VARIANTS, RAW_FULL_STEPS, Scale
 
 FINISH_RESERVE_S = 25                           # stopping the server, the report
 RAW_MIN_STEPS = 8

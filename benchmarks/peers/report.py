@@ -10,10 +10,10 @@ import datetime
 import re
 from pathlib import Path
 
-from peers_cases import CACHING_OFF_FULL_TEXT, is_node_default  # first: its speedup import loads the pack
-from peers_checks import target_checks
-from peers_compare import head_to_head, verdict_lines
-from peers_plot import plot
+from .cases import CACHING_OFF_FULL_TEXT, is_node_default  # first: its speedup import loads the pack
+from .checks import target_checks
+from .compare import head_to_head, verdict_lines
+from .plot import plot
 import krea2_costs
 from projection import add_projection
 

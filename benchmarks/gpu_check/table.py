@@ -3,7 +3,7 @@ runs, what the budget cut, the errors and the timings."""
 
 from __future__ import annotations
 
-from gpu_check_rows import OVERHEAD_LIMIT
+from .rows import OVERHEAD_LIMIT
 
 
 def _fmt(value, spec: str, suffix: str = "") -> str:

@@ -31,7 +31,7 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "devkit"))
 from comfy_harness import comfyui_python, find_comfyui  # noqa: E402  (stdlib only)
 
@@ -144,7 +144,7 @@ def check_requirements_decided(comfy_root: Path):
                  if name not in DEVICE_PREINSTALLED and name not in CARRIED and name not in LEFT_OUT]
     if undecided:
         raise SystemExit(f"ComfyUI or this pack requires {', '.join(undecided)}, which the GPU machine lacks and "
-                         f"benchmarks/gpu_check_setup.py neither carries nor leaves out: add each to CARRIED "
+                         f"benchmarks/gpu_check/setup.py neither carries nor leaves out: add each to CARRIED "
                          f"or LEFT_OUT there.")
 
 
@@ -207,7 +207,7 @@ def trim_wheel(wheel: Path, patterns: tuple[str, ...], folder: Path) -> Path:
         missing = [pattern for pattern in patterns if not fnmatch.filter(names, pattern)]
         if missing:
             raise SystemExit(f"{wheel.name} has no file matching {', '.join(missing)}: update TRIMMED in "
-                             f"gpu_check_setup.py.")
+                             f"benchmarks/gpu_check/setup.py.")
         remove = {n for pattern in patterns for n in fnmatch.filter(names, pattern)}
         trimmed.parent.mkdir(parents=True, exist_ok=True)
         partial = trimmed.with_suffix(".part")
@@ -456,7 +456,7 @@ def make_device_like_env(folder: Path, comfy_python: str) -> Path:
     subprocess.run([base, "-m", "venv", "--without-pip", str(folder / "venv")], check=True)
     packages = folder / "device-packages"
     code = (f"import sys; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); from pathlib import Path; "
-            f"from gpu_check_setup import link_device_packages; "
+            f"from gpu_check.setup import link_device_packages; "
             f"link_device_packages(Path({str(packages)!r}), {list(CARRIED) + list(LEFT_OUT)!r})")
     linked = json.loads(subprocess.run([comfy_python, "-c", code], check=True, capture_output=True,
                                        text=True).stdout.strip().splitlines()[-1])

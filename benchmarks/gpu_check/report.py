@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 from comfy_harness import ComfyServer
-from gpu_check_budget import Budget
-from gpu_check_cases import Scale
-from gpu_check_measure import WARMUP_SEED
-from gpu_check_phases import Check
-from gpu_check_rows import caching_off_overheads, summarize
+from .budget import Budget
+from .cases import Scale
+from .measure import WARMUP_SEED
+from .phases import Check
+from .rows import caching_off_overheads, summarize
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def versions(system_stats: dict, manifest: dict | None) -> dict:

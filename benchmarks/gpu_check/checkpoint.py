@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from gpu_check_cases import Scale
+from .cases import Scale
 
 
 def checkpoint_folder(work: Path, nbytes: int) -> Path:
