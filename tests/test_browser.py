@@ -1,4 +1,5 @@
-"""The stats panel on the cache nodes (Krea2CacheDiT, CacheDiTDBCache), in the real graph editor in headless Chromium.
+"""The stats panel on the cache nodes (Krea2CacheDiT, CacheDiTDBCache, CacheDiTSpectrum), in the real graph editor in
+headless Chromium.
 
 A real sampling run through the real ComfyUI server: the test opens two editor tabs
 (two clients) on the same workflow, queues it from tab A, and checks that A's node
@@ -36,11 +37,13 @@ STEPS = 8
 CACHE_NODE_ID = 5
 
 
-def ui_workflow(seed: int, cache: dict | None = None, node_type: str = "Krea2CacheDiT") -> dict:
+def ui_workflow(seed: int, cache: dict | None = None, node_type: str = "Krea2CacheDiT",
+                widgets: list | None = None) -> dict:
     """UNETLoader -> Krea2CacheDiT -> KSampler -> SaveLatent in the editor's own (UI) format.
 
     Without ``cache`` the Krea2CacheDiT node keeps its defaults (no widgets_values), as a
-    user's freshly added node would; ``cache`` sets some of its inputs. ``seed`` must be new
+    user's freshly added node would; ``cache`` sets some of its inputs; ``widgets``, the node's
+    widget values as they are (another node type's). ``seed`` must be new
     to the server: ComfyUI would otherwise serve the KSampler from its cache of an earlier
     test's identical graph, and nothing samples.
     """
@@ -63,7 +66,8 @@ def ui_workflow(seed: int, cache: dict | None = None, node_type: str = "Krea2Cac
         node(4, "EmptyLatentImage", [20, 560], outputs=[("LATENT", "LATENT", [5])], widgets=[64, 64, 1]),
         node(CACHE_NODE_ID, node_type, [380, 40], inputs=[("model", "MODEL", 1)],
              outputs=[("MODEL", "MODEL", [2])],
-             widgets=None if cache is None else list({**CACHE_NODE_DEFAULTS, **cache}.values())),
+             widgets=widgets if widgets is not None else None if cache is None else
+             list({**CACHE_NODE_DEFAULTS, **cache}.values())),
         node(6, "KSampler", [760, 40],
              inputs=[("model", "MODEL", 2), ("positive", "CONDITIONING", 3),
                      ("negative", "CONDITIONING", 4), ("latent_image", "LATENT", 5)],
@@ -213,6 +217,37 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert reopened["client_id"] == record["client_id"]
     assert reopened["prompt_id"] == "" and reopened["cells"] == [], reopened
 
+
+
+def test_the_forecast_node_shows_forecast_steps_where_the_cache_nodes_show_cached_ones(browser_tools, editor_server,
+                                                                                        tmp_path):
+    """The Forecast node's panel speaks of what ran: its forecast steps (not cached ones) in the count, the strip
+    and the legend, its forecaster and preset, and no residual chart (nothing is measured)."""
+    node, chromium = browser_tools
+    quiet_first_run(editor_server)
+    workflow_path = tmp_path / "forecast.json"
+    workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31),
+                                                    node_type="CacheDiTSpectrum", widgets=["turbo_5_of_8"])))
+    out = ARTIFACTS / "forecast"
+    out.mkdir(parents=True, exist_ok=True)
+    driver = subprocess.run(
+        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(out)],
+        cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium), capture_output=True, text=True, timeout=900)
+    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
+    assert driver.returncode == 0 and "error" not in result, (
+        f"{result.get('error')}\n{driver.stdout[-3000:]}\n{driver.stderr[-3000:]}\n{editor_server.log_tail()}")
+    assert not result["console_errors"], result["console_errors"]
+    [record] = editor_server.stats_for(result["queued_prompt_ids"]["A"][0], str(CACHE_NODE_ID))
+    assert record["method"]["name"] == "forecast" and record["forecast_steps"] == [2, 4, 6]
+    assert record["cached_steps"] == [] and record["calibrator"] is None
+    live = result["live"]
+    assert live["visible"] and live["fits"], "the forecast panel is cut off"
+    assert live["cells"] == record["step_states"] and live["cells"].count("forecast") == 3, live["cells"]
+    assert f"Forecast steps: 3/{STEPS}" in live["text"] and "Cached steps" not in live["text"], live["text"]
+    assert live["forecast"] == "Forecast: linear · preset turbo_5_of_8", live["forecast"]
+    assert " forecast " in live["text"] and " cached " not in live["text"], "the legend names forecast steps"
+    assert not live["chart"] and live["calibrator"] is None
+    assert result["after_reload"]["text"] == live["text"]
 
 
 def two_device_workflow(seed: int) -> dict:

@@ -94,6 +94,7 @@ function editor(page, name) {
       suggestions: [...panel.querySelectorAll('[data-role="suggestions"] > span')].map((s) => s.textContent),
       time: panel.querySelector('[data-role="time"]')?.textContent ?? null,
       calibrator: panel.querySelector('[data-role="calibrator"]')?.textContent ?? null,
+      forecast: panel.querySelector('[data-role="forecast"]')?.textContent ?? null,
       client_id: window.krea2TestApi.clientId,
       workflow_id: window.krea2TestApp.rootGraph.id,
       stats_events: window.krea2TestStatsEvents,
@@ -125,8 +126,9 @@ function editor(page, name) {
 try {
   const a = editor(context.pages()[0] ?? (await context.newPage()), "A");
   const b = editor(await context.newPage(), "B");
-  // Either of the pack's cache nodes (Krea2CacheDiT, CacheDiTDBCache): the panel is the same.
-  const cacheNodeId = String(workflow.nodes.find((n) => ["Krea2CacheDiT", "CacheDiTDBCache"].includes(n.type)).id);
+  // Any of the pack's cache nodes (Krea2CacheDiT, CacheDiTDBCache, CacheDiTSpectrum): the panel is the same.
+  const cacheNodeId = String(workflow.nodes.find((n) => ["Krea2CacheDiT", "CacheDiTDBCache", "CacheDiTSpectrum"]
+    .includes(n.type)).id);
   result.cache_node_id = cacheNodeId;
 
   // Until A's node shows a run, or a prompt ends without it showing up.
