@@ -219,16 +219,14 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
 
 
 
-def test_the_forecast_node_shows_forecast_steps_where_the_cache_nodes_show_cached_ones(browser_tools, editor_server,
-                                                                                        tmp_path):
-    """The Forecast node's panel speaks of what ran: its forecast steps (not cached ones) in the count, the strip
-    and the legend, its forecaster and preset, and no residual chart (nothing is measured)."""
+def drive_editor(browser_tools, editor_server: ComfyServer, workflow: dict, tmp_path, name: str) -> dict:
+    """The editor driver (stats_on_node.mjs) on ``workflow``: its result, after checking it ran cleanly; its
+    screenshots under ``ARTIFACTS / name``."""
     node, chromium = browser_tools
     quiet_first_run(editor_server)
-    workflow_path = tmp_path / "forecast.json"
-    workflow_path.write_text(json.dumps(ui_workflow(seed=random.SystemRandom().randrange(1, 2**31),
-                                                    node_type="CacheDiTSpectrum", widgets=["turbo_5_of_8"])))
-    out = ARTIFACTS / "forecast"
+    workflow_path = tmp_path / f"{name}.json"
+    workflow_path.write_text(json.dumps(workflow))
+    out = ARTIFACTS / name
     out.mkdir(parents=True, exist_ok=True)
     driver = subprocess.run(
         [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(out)],
@@ -237,6 +235,16 @@ def test_the_forecast_node_shows_forecast_steps_where_the_cache_nodes_show_cache
     assert driver.returncode == 0 and "error" not in result, (
         f"{result.get('error')}\n{driver.stdout[-3000:]}\n{driver.stderr[-3000:]}\n{editor_server.log_tail()}")
     assert not result["console_errors"], result["console_errors"]
+    return result
+
+
+def test_the_forecast_node_shows_forecast_steps_where_the_cache_nodes_show_cached_ones(browser_tools, editor_server,
+                                                                                        tmp_path):
+    """The Forecast node's panel speaks of what ran: its forecast steps (not cached ones) in the count, the strip
+    and the legend, its forecaster and preset, and no residual chart (nothing is measured)."""
+    workflow = ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), node_type="CacheDiTSpectrum",
+                           widgets=["turbo_5_of_8"])
+    result = drive_editor(browser_tools, editor_server, workflow, tmp_path, "forecast")
     [record] = editor_server.stats_for(result["queued_prompt_ids"]["A"][0], str(CACHE_NODE_ID))
     assert record["method"]["name"] == "forecast" and record["forecast_steps"] == [2, 4, 6]
     assert record["cached_steps"] == [] and record["calibrator"] is None
@@ -269,19 +277,8 @@ def two_device_workflow(seed: int) -> dict:
 
 
 def test_the_node_shows_its_devices_after_a_two_device_run(browser_tools, editor_server, tmp_path):
-    node, chromium = browser_tools
-    quiet_first_run(editor_server)
-    workflow_path = tmp_path / "two_devices.json"
-    workflow_path.write_text(json.dumps(two_device_workflow(seed=random.SystemRandom().randrange(1, 2**31))))
-    out = ARTIFACTS / "two_devices"
-    out.mkdir(parents=True, exist_ok=True)
-    driver = subprocess.run(
-        [node, str(BROWSER_DIR / "stats_on_node.mjs"), editor_server.url, str(workflow_path), str(out)],
-        cwd=BROWSER_DIR, env=dict(os.environ, CHROMIUM_PATH=chromium), capture_output=True, text=True, timeout=900)
-    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
-    assert driver.returncode == 0 and "error" not in result, (
-        f"{result.get('error')}\n{driver.stdout[-3000:]}\n{driver.stderr[-3000:]}\n{editor_server.log_tail()}")
-    assert not result["console_errors"], result["console_errors"]
+    workflow = two_device_workflow(seed=random.SystemRandom().randrange(1, 2**31))
+    result = drive_editor(browser_tools, editor_server, workflow, tmp_path, "two_devices")
     [record] = editor_server.stats_for(result["queued_prompt_ids"]["A"][0], str(CACHE_NODE_ID))
     assert record["device_count"] == 2 and [d["device"] for d in record["devices"]] == ["cpu", "cpu:1"]
     live = result["live"]
