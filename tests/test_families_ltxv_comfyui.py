@@ -206,14 +206,16 @@ def test_the_spectrum_node_forecasts_its_presets_steps_in_every_cfg_layout(ltxv_
 
 _LTX2_SCRIPT = """
 import sys
-pack = sys.argv[-1]
+devkit = sys.argv[-1]
 sys.argv = ["ltx2_resolved", "--cpu"]
 import comfy.options
 comfy.options.enable_args_parsing()
 import comfy.cli_args, comfy.ops
-sys.path.insert(0, pack)
+sys.path.insert(0, devkit)
+from comfy_harness import load_pack
+load_pack()
 from comfy.ldm.lightricks.av_model import LTXAVModel
-from adapters.registry import resolve
+from krea2_cachedit.adapters.registry import resolve
 print(resolve(LTXAVModel(num_layers=1, device="meta", operations=comfy.ops.disable_weight_init)).family.name)
 """
 
@@ -227,8 +229,8 @@ def test_ltx_2_a_subclass_with_a_loop_of_its_own_is_its_own_family_not_ltxvs(com
 
     from comfy_harness import comfyui_python
 
-    pack = str(Path(__file__).resolve().parents[1])
-    done = subprocess.run([comfyui_python(comfy_root), "-c", _LTX2_SCRIPT, pack], cwd=comfy_root,
+    devkit = str(Path(__file__).resolve().parents[1] / "devkit")
+    done = subprocess.run([comfyui_python(comfy_root), "-c", _LTX2_SCRIPT, devkit], cwd=comfy_root,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "LTX-2 (ComfyUI native)", done.stdout

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from adapters.registry import SUPPORTED
+from krea2_cachedit.adapters.registry import SUPPORTED
 from family_prompts import FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]
