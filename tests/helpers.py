@@ -47,26 +47,6 @@ def latent_and_record(server: ComfyServer, prompt: dict, node_id: str | None = "
     return latent, record
 
 
-def av_latents_and_record(server: ComfyServer, graph: dict, node_id: str = "5", timeout: float = 600.0):
-    """An audio-video graph's (video latent saved by "7", audio latent saved by "15", the record of its node
-    ``node_id`` for this prompt, or None when the graph has no such node)."""
-    (video, audio), record = outputs_and_record(server, graph, ("7", "15"), node_id, timeout)
-    return video, audio, record
-
-
-def check_one_list_record(record: dict, name: str, blocks: int, steps: int, calls: int, mode: str,
-                          cached: list[int]):
-    """The record of a one-list family's run of node "5": ``calls`` calls over ``steps`` steps in CFG ``mode``,
-    each call of a cached step running only block 0 (Fn 1, Bn 0), of a computed step all ``blocks``."""
-    assert record["status"] == "ok" and record["model"] == name and record["steps"] == steps
-    assert record["node_id"] == "5" and record["cfg_mode"] == mode and record["calls"] == calls
-    assert record["has_separate_cfg"] == (mode == "split")
-    assert record["cached_steps"] == cached
-    assert record["block_lists"] == [], "one block list: the record has no per-list account"
-    assert [(call[0], call[3]) for call in record["call_log"]] == [
-        (step, 1 if step in cached else blocks) for step in range(steps) for _ in range(calls // steps)]
-
-
 def insert_after_loader(prompt: dict, node_id: str, node: dict) -> dict:
     """``node`` (its "model" input left out) between the loader and the next node."""
     consumer = "5" if "5" in prompt else "6"

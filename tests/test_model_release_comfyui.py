@@ -28,14 +28,12 @@ from safetensors.torch import save_file
 
 from comfy_harness import WATCH_ROUTE, prompt_error
 from comfy_models import make_lora
+from family_harness import with_av_latent, with_ltxv_conditioning, with_separate_av
 from family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import OFF
 from krea2_gguf_files import write_krea2_gguf
 from krea2_prompts import TINY_MODEL, with_forecast, with_lora
 from krea2_synthetic import native_state_dict
-from test_families_ltx2_comfyui import with_av_latent
-from test_families_ltxv_comfyui import with_ltxv_conditioning
-from test_families_minimax_comfyui import with_separate_av
 
 pytestmark = pytest.mark.comfyui
 
