@@ -126,9 +126,6 @@ class FamilyHarness:
     spectrum: tuple[str, ...] = ()              # the CFG layouts the Spectrum node forecasts in
     spectrum_refused: tuple[str, ...] = ()      # or: the Spectrum node refuses it, naming these
 
-    def __str__(self) -> str:
-        return self.family
-
     @property
     def spec(self):
         return FAMILIES[self.family]
@@ -142,9 +139,9 @@ class FamilyHarness:
         return {"none": dict(cfg=1.0, neg_tokens=8), "batched": dict(cfg=3.5, neg_tokens=8),
                 "split": dict(cfg=3.5, neg_tokens=self.split_tokens)}[layout]
 
-    def calls(self, layout: str, steps: int | None = None) -> int:
+    def calls(self, layout: str) -> int:
         """Model calls the sampler makes in ``layout``: one per step, two when cond and uncond run apart."""
-        return (steps or self.steps) * (2 if layout == "split" else 1)
+        return self.steps * (2 if layout == "split" else 1)
 
     def prompt(self, layout: str = "none", *, cache: dict | None = None, prefix: str, **kwargs) -> dict:
         """The family's graph in a CFG layout, the cache node's inputs ``cache`` (None: no cache node)."""
@@ -155,13 +152,12 @@ class FamilyHarness:
         """(the run's outputs, the record node ``node_id`` published for this prompt, or None without it)."""
         return outputs_and_record(server, graph, self.outputs, node_id, timeout or self.timeout)
 
-    def check_record(self, record: dict, layout: str, *, devices: int = 1, cached: list[int] | None = None):
-        """The record of node "5" caching ``cached`` (the mask's steps) in ``layout``: its calls, each list's
-        cached steps, and the blocks run (a computed call every block, a cached one the first of each list: Fn 1,
-        Bn 0), per call in order (for one device)."""
+    def check_record(self, record: dict, layout: str, *, devices: int = 1):
+        """The record of node "5" caching the mask's steps in ``layout``: its calls, each list's cached steps, and
+        the blocks run (a computed call every block, a cached one the first of each list: Fn 1, Bn 0), per call in
+        order (for one device)."""
         spec, steps, lists = self.spec, self.steps, self.spec.block_lists
-        cached = self.mask_cached if cached is None else cached
-        calls = self.calls(layout)
+        cached, calls = self.mask_cached, self.calls(layout)
         assert record["status"] == "ok" and record["model"] == spec.name and record["steps"] == steps
         assert record["node_id"] == "5" and record["cfg_mode"] == layout and record["calls"] == calls
         # Split over several devices, each device is sent one cond: none has separate CFG.
