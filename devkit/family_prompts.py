@@ -79,13 +79,14 @@ FAMILIES = {
     # HunyuanVideo 1.5 t2v (3 double blocks, no single ones, as the real 54 + 0) on a 5-frame 64x64 video latent
     # (32 channels, 2x4x4 tokens), and HunyuanImage 2.1 (2 double + 2 single) on a 128x128 image (4x4 tokens
     # of 64 channels). ComfyUI's HunyuanVideo conds read a pooled vector, which the model ignores without
-    # vector_in (1.5 and Image 2.1 have none). Their own tests: test_families_hunyuan_comfyui.py.
+    # vector_in (1.5 and Image 2.1 have none). Nothing of their own beyond the scenario set of the families with
+    # tests of their own (tests/test_family_scenarios_comfyui.py), which is theirs.
     "hunyuan_video15": FamilySpec(FAMILY_MODELS["hunyuan_video15"], HUNYUAN, 3, 64, {
         "class_type": "EmptyHunyuanVideo15Latent", "inputs": {"width": 64, "height": 64, "length": 5, "batch_size": 1}},
-        lists=(("double", 3),), pooled_features=32, own_tests="test_families_hunyuan_comfyui.py"),
+        lists=(("double", 3),), pooled_features=32, own_tests="test_family_scenarios_comfyui.py"),
     "hunyuan_image21": FamilySpec(FAMILY_MODELS["hunyuan_image21"], HUNYUAN, 4, 64, {
         "class_type": "EmptyHunyuanImageLatent", "inputs": {"width": 128, "height": 128, "batch_size": 1}},
-        lists=(("double", 2), ("single", 2)), pooled_features=32, own_tests="test_families_hunyuan_comfyui.py"),
+        lists=(("double", 2), ("single", 2)), pooled_features=32, own_tests="test_family_scenarios_comfyui.py"),
 }
 # The families the shared family checks run on (the others have ``own_tests``).
 SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]

@@ -350,9 +350,14 @@ def ltxv_server(comfy_root, family_server):
 
 @pytest.fixture(scope="session")
 def hunyuan_video15_server(comfy_root, family_server):
-    """``family_server`` with the tiny HunyuanVideo 1.5 checkpoint (the one ``test_families_hunyuan_comfyui.py``
-    samples on a server of its own), written the first time a test asks for it."""
+    """``family_server`` with the tiny HunyuanVideo 1.5 checkpoint, written the first time a test asks for it."""
     return with_family_checkpoint(comfy_root, family_server, "hunyuan_video15")
+
+
+@pytest.fixture(scope="session")
+def hunyuan_image21_server(comfy_root, family_server):
+    """``family_server`` with the tiny HunyuanImage 2.1 checkpoint, written the first time a test asks for it."""
+    return with_family_checkpoint(comfy_root, family_server, "hunyuan_image21")
 
 
 @pytest.fixture(scope="session")

@@ -29,37 +29,30 @@ def run_ok(server: ComfyServer, prompt: dict, timeout: float = 600.0) -> dict:
     return entry
 
 
-def latent_and_record(server: ComfyServer, prompt: dict, node_id: str | None = "5", timeout: float = 600.0):
-    """The latent ``prompt`` saved (SaveLatent "7") and the stats record its node ``node_id`` published:
-    exactly one when the prompt has that node, None when it has none (or ``node_id`` is None)."""
+def outputs_and_record(server: ComfyServer, prompt: dict, outputs: tuple[str, ...] = ("7",), node_id: str | None = "5",
+                       timeout: float = 600.0):
+    """(the latents ``prompt``'s SaveLatent nodes ``outputs`` saved, in order; the stats record its node ``node_id``
+    published: exactly one when the prompt has that node, None when it has none or ``node_id`` is None)."""
     prompt_id = server.queue(prompt)
     entry = server.wait(prompt_id, timeout)
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     record = server.stats_for(prompt_id, node_id)[0] if node_id is not None and node_id in prompt else None
-    return server.saved_latent(entry, "7"), record
+    return tuple(server.saved_latent(entry, output) for output in outputs), record
 
 
-def av_latents_and_record(server: ComfyServer, graph: dict, node_id: str = "5", timeout: float = 600.0):
-    """An audio-video graph's (video latent saved by "7", audio latent saved by "15", the record of its node
-    ``node_id`` for this prompt, or None when the graph has no such node)."""
-    prompt_id = server.queue(graph)
-    entry = server.wait(prompt_id, timeout)
-    assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
-    record = server.stats_for(prompt_id, node_id)[0] if node_id in graph else None
-    return server.saved_latent(entry, "7"), server.saved_latent(entry, "15"), record
+def latent_and_record(server: ComfyServer, prompt: dict, node_id: str | None = "5", timeout: float = 600.0):
+    """The latent ``prompt`` saved (SaveLatent "7") and the stats record its node ``node_id`` published
+    (``outputs_and_record``)."""
+    (latent,), record = outputs_and_record(server, prompt, ("7",), node_id, timeout)
+    return latent, record
 
 
-def check_one_list_record(record: dict, name: str, blocks: int, steps: int, calls: int, mode: str,
-                          cached: list[int]):
-    """The record of a one-list family's run of node "5": ``calls`` calls over ``steps`` steps in CFG ``mode``,
-    each call of a cached step running only block 0 (Fn 1, Bn 0), of a computed step all ``blocks``."""
-    assert record["status"] == "ok" and record["model"] == name and record["steps"] == steps
-    assert record["node_id"] == "5" and record["cfg_mode"] == mode and record["calls"] == calls
-    assert record["has_separate_cfg"] == (mode == "split")
-    assert record["cached_steps"] == cached
-    assert record["block_lists"] == [], "one block list: the record has no per-list account"
-    assert [(call[0], call[3]) for call in record["call_log"]] == [
-        (step, 1 if step in cached else blocks) for step in range(steps) for _ in range(calls // steps)]
+def insert_after_loader(prompt: dict, node_id: str, node: dict) -> dict:
+    """``node`` (its "model" input left out) between the loader and the next node."""
+    consumer = "5" if "5" in prompt else "6"
+    prompt[node_id] = {**node, "inputs": {"model": prompt[consumer]["inputs"]["model"], **node["inputs"]}}
+    prompt[consumer]["inputs"]["model"] = [node_id, 0]
+    return prompt
 
 
 def write_native_lora(server: ComfyServer, checkpoint: Path, layers, name: str, prefix: str = "diffusion_model.") \

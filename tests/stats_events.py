@@ -3,12 +3,37 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import json
+import sys
 import uuid
+from pathlib import Path
 
 import aiohttp
 
-STATS_EVENT = "krea2_cachedit.stats"
+from comfy_harness import load_pack
+
+
+def _routes_module():
+    """The pack's ``nodes/routes.py`` (which sends the stats event), imported as ComfyUI imports it, under the
+    pack's ``nodes`` package, but without running ``nodes/__init__.py``: that imports ComfyUI's ``comfy_api``,
+    which only the server's process has. The stand-in package is gone from ``sys.modules`` afterwards."""
+    package = f"{load_pack().__name__}.nodes"
+    if package in sys.modules:   # the real package, where this process has ComfyUI
+        return importlib.import_module(f"{package}.routes")
+    folder = Path(load_pack().__file__).parent / "nodes"
+    spec = importlib.util.spec_from_file_location(package, folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    sys.modules[package] = importlib.util.module_from_spec(spec)
+    try:
+        return importlib.import_module(f"{package}.routes")
+    finally:
+        for name in (package, f"{package}.routes"):
+            sys.modules.pop(name, None)
+
+
+STATS_EVENT = _routes_module().STATS_EVENT
 
 
 async def connect(session: aiohttp.ClientSession, server_url: str, client_id: str):

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from adapters.sampling.observation import CallTimer
+from krea2_cachedit.adapters.sampling.observation import CallTimer
 
 
 def test_the_clock_is_kept_out_of_compiled_code():

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from family_prompts import family_prompt
-from helpers import EASYCACHE, FAST, FAST_8_CACHED, OFF, latent_and_record
+from helpers import EASYCACHE, FAST, FAST_8_CACHED, OFF, insert_after_loader, latent_and_record
 from krea2_prompts import with_lora
 
 pytestmark = pytest.mark.comfyui
@@ -23,14 +23,6 @@ LORA = "wan_tiny_lora.safetensors"
 
 def run(server, prompt, node_id="5") -> tuple[torch.Tensor, dict | None]:
     return latent_and_record(server, prompt, node_id, timeout=900)
-
-
-def insert_after_loader(prompt: dict, node_id: str, node: dict) -> dict:
-    """``node`` (its "model" input left out) between the loader and the next node."""
-    consumer = "5" if "5" in prompt else "6"
-    prompt[node_id] = {**node, "inputs": {"model": prompt[consumer]["inputs"]["model"], **node["inputs"]}}
-    prompt[consumer]["inputs"]["model"] = [node_id, 0]
-    return prompt
 
 
 # --- LoRA -------------------------------------------------------------------------------------

@@ -45,25 +45,27 @@ def check_forecast(record: dict, family: str, calls_per_step: int):
         0 if call[0] in FORECAST_STEPS else spec.blocks for call in record["call_log"]]
 
 
-def check_every_cfg_layout(server, family: str, build=lambda graph: graph, seed: int = 81, prefix: str = "spectrum"):
-    """The preset's steps forecast at CFG 1, batched and split: one history for a batched call, one per stream
-    apart. ``build`` completes a family's graph (its own conditioning nodes)."""
-    def record_of(cfg, mode, **kwargs):
-        graph = build(forecast_prompt(family, cfg=cfg, seed=seed, prefix=f"{prefix}_{mode}", **kwargs))
-        return server.run_with_stats(graph)[1][0]
+def check_forecast_layout(record: dict, family: str, layout: str):
+    """``check_forecast`` for a run in a CFG layout ("none", "batched", "split"): one history for a batched call,
+    one per stream apart, each with the preset's steps."""
+    check_forecast(record, family, calls_per_step=2 if layout == "split" else 1)
+    assert (record["cfg_mode"], record["has_separate_cfg"]) == (layout, layout == "split")
+    streams = record["streams"]
+    if layout == "none":
+        assert len(streams) == 1
+    elif layout == "batched":
+        assert [s["branches"] for s in streams] == [[1, 0]], "one history for the batch"
+    else:
+        assert sorted(s["branches"] for s in streams) == [[0], [1]], "a history per stream"
+        assert all(s["forecast_steps"] == FORECAST_STEPS for s in streams)
 
-    one = record_of(1.0, "cfg1")
-    check_forecast(one, family, calls_per_step=1)
-    assert (one["cfg_mode"], one["has_separate_cfg"], len(one["streams"])) == ("none", False, 1)
-    batched = record_of(3.5, "batched")
-    check_forecast(batched, family, calls_per_step=1)
-    assert (batched["cfg_mode"], batched["has_separate_cfg"]) == ("batched", False)
-    assert [s["branches"] for s in batched["streams"]] == [[1, 0]], "one history for the batch"
-    split = record_of(3.5, "split", neg_tokens=FAMILIES[family].split_tokens)
-    check_forecast(split, family, calls_per_step=2)
-    assert (split["cfg_mode"], split["has_separate_cfg"]) == ("split", True)
-    assert sorted(s["branches"] for s in split["streams"]) == [[0], [1]], "a history per stream"
-    assert all(s["forecast_steps"] == FORECAST_STEPS for s in split["streams"])
+
+def check_every_cfg_layout(server, family: str, seed: int = 81, prefix: str = "spectrum"):
+    """The preset's steps forecast at CFG 1, batched and split (``check_forecast_layout``)."""
+    split_tokens = FAMILIES[family].split_tokens
+    for layout, cfg, neg_tokens in (("none", 1.0, 8), ("batched", 3.5, 8), ("split", 3.5, split_tokens)):
+        graph = forecast_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=seed, prefix=f"{prefix}_{layout}")
+        check_forecast_layout(server.run_with_stats(graph)[1][0], family, layout)
 
 
 @every_family

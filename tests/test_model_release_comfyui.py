@@ -28,14 +28,12 @@ from safetensors.torch import save_file
 
 from comfy_harness import WATCH_ROUTE, prompt_error
 from comfy_models import make_lora
+from family_harness import with_av_latent, with_ltxv_conditioning, with_separate_av
 from family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import OFF
 from krea2_gguf_files import write_krea2_gguf
 from krea2_prompts import TINY_MODEL, with_forecast, with_lora
 from krea2_synthetic import native_state_dict
-from test_families_ltx2_comfyui import with_av_latent
-from test_families_ltxv_comfyui import with_ltxv_conditioning
-from test_families_minimax_comfyui import with_separate_av
 
 pytestmark = pytest.mark.comfyui
 
@@ -212,7 +210,7 @@ def test_a_model_that_ran_through_the_node_is_freed(server, case):
     [record] = server.stats_for(prompt_id, "5")
     assert record["model"] == (PACK_FAMILY if "diffusers" in case or "gguf" in case else FAMILIES[family].name)
     assert record["status"] == ("interrupted" if interrupt else "ok"), record
-    assert bool(record["cached_steps"]) == skips_steps, record["cached_steps"]
+    assert bool(record["skipped_steps"]) == skips_steps, record["skipped_steps"]
     after_run = watch_report(server, label, collect=False)
     assert after_run["alive_count"] == after_run["watched"], "the model went before ComfyUI dropped it"
     assert not after_run["changed_count"], f"the run left attributes or hooks on modules: {after_run['changed']}"

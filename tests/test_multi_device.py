@@ -88,16 +88,28 @@ def test_a_device_that_failed_after_its_first_list_is_not_waited_for_on_the_next
 
 
 def test_a_yes_waits_for_the_other_devices_vote():
-    consensus = StepConsensus(min_wait_s=5.0)
+    """"a" votes first and gets its answer only after "b" has voted: the order of the two events says so, whatever
+    the threads' timing (a vote that returned at once would come first)."""
+    consensus = StepConsensus(min_wait_s=30.0)
     vote_together(consensus, 0, {"a": False, "b": False})
-    answer = {}
-    early = threading.Thread(target=lambda: answer.setdefault("a", consensus.vote(1, "a", True)))
+    events, lock, voting = [], threading.Lock(), threading.Event()
+
+    def early_vote():
+        voting.set()
+        answer = consensus.vote(1, "a", True)
+        with lock:
+            events.append(("a answered", answer))
+
+    early = threading.Thread(target=early_vote)
     early.start()
-    time.sleep(0.3)
-    assert early.is_alive(), "'a' must wait for 'b', who voted in the step before"
+    assert voting.wait(timeout=30)
+    early.join(timeout=0.5)   # bounded: a vote that does not wait has answered by now
+    with lock:
+        events.append(("b votes", None))
     assert consensus.vote(1, "b", True) is True
-    early.join(timeout=5)
-    assert answer == {"a": True}
+    early.join(timeout=30)
+    assert not early.is_alive()
+    assert events == [("b votes", None), ("a answered", True)], "'a' must wait for 'b', who voted in the step before"
 
 
 def test_a_further_stream_of_a_device_follows_the_steps_decision():

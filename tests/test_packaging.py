@@ -89,7 +89,7 @@ def test_pyproject_metadata():
 
 def test_the_registry_description_names_every_supported_family():
     """The description the Comfy Registry and ComfyUI-Manager show says what the pack covers: every family."""
-    from adapters.families.registry import SUPPORTED
+    from krea2_cachedit.adapters.families.registry import SUPPORTED
 
     description = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["description"]
     missing = sorted({family.model for family in SUPPORTED if family.model not in description})

@@ -38,12 +38,10 @@ import pytest
 import torch
 
 from comfy_harness import ComfyServer, third_party_pack
+from family_harness import with_av_latent, with_ltxv_conditioning, with_separate_av
 from family_prompts import FAMILIES, family_prompt
 from helpers import FAST, OFF, prompt_error
 from krea2_gguf_files import write_krea2_gguf
-from test_families_ltx2_comfyui import with_av_latent
-from test_families_ltxv_comfyui import with_ltxv_conditioning
-from test_families_minimax_comfyui import with_separate_av
 
 pytestmark = pytest.mark.comfyui
 

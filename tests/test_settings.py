@@ -57,10 +57,18 @@ def test_too_many_compute_blocks_is_a_clear_error():
         plan_run(DBCacheSettings(Fn_compute_blocks=3, Bn_compute_blocks=2), steps=8, num_blocks=4, node_name=NODE)
 
 
-@pytest.mark.parametrize("bad", [dict(steps_mask="auto"), dict(steps_mask="turbo"), dict(Fn_compute_blocks=0),
-                                 dict(warmup_interval=0), dict(residual_diff_threshold=-1.0)])
-def test_bad_settings_are_rejected(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("bad, named", [
+    (dict(steps_mask="auto"), r"steps_mask must be one of .*, got 'auto'"),
+    (dict(steps_mask="turbo"), r"steps_mask must be one of .*, got 'turbo'"),
+    (dict(Fn_compute_blocks=0), "Fn_compute_blocks must be at least 1"),
+    (dict(Bn_compute_blocks=-1), "Bn_compute_blocks at least 0"),
+    (dict(warmup_interval=0), "warmup_interval must be at least 1"),
+    (dict(max_warmup_steps=-1), "max_warmup_steps and residual_diff_threshold must not be negative"),
+    (dict(residual_diff_threshold=-1.0), "max_warmup_steps and residual_diff_threshold must not be negative")],
+    ids=["mask_auto", "mask_turbo", "Fn_0", "Bn_negative", "warmup_interval_0", "warmup_negative",
+         "threshold_negative"])
+def test_bad_settings_are_rejected_naming_the_input(bad, named):
+    with pytest.raises(ValueError, match=named):
         DBCacheSettings(**bad)
 
 
