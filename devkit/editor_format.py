@@ -1,7 +1,7 @@
 """How the graph editor lays a node's inputs out in a UI-format workflow, and the API prompt it queues.
 
-Shared by the tests that read the examples (tests/test_example_workflows.py,
-tests/test_manager_install.py) and tools/make_example_workflows.py (writing them),
+Shared by the tests that read the examples (tests/editor/test_example_workflows.py,
+tests/pack/test_manager_install.py) and tools/make_example_workflows.py (writing them),
 so both agree by construction.
 """
 

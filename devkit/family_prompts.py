@@ -80,7 +80,7 @@ FAMILIES = {
     # (32 channels, 2x4x4 tokens), and HunyuanImage 2.1 (2 double + 2 single) on a 128x128 image (4x4 tokens
     # of 64 channels). ComfyUI's HunyuanVideo conds read a pooled vector, which the model ignores without
     # vector_in (1.5 and Image 2.1 have none). Nothing of their own beyond the scenario set of the families with
-    # tests of their own (tests/test_family_scenarios_comfyui.py), which is theirs.
+    # tests of their own (tests/families/test_family_scenarios_comfyui.py), which is theirs.
     "hunyuan_video15": FamilySpec(FAMILY_MODELS["hunyuan_video15"], HUNYUAN, 3, 64, {
         "class_type": "EmptyHunyuanVideo15Latent", "inputs": {"width": 64, "height": 64, "length": 5, "batch_size": 1}},
         lists=(("double", 3),), pooled_features=32, own_tests="test_family_scenarios_comfyui.py"),
@@ -113,7 +113,7 @@ def family_prompt(family: str, *, cache: dict | None = None, node: str | None = 
 
 # MiniMax H3: 4 blocks 64 wide, text width 32; a 64x64, 5-frame audio-video latent (8 video tokens and
 # 16 audio tokens after the 8 text tokens in one packed sequence). Its own tests: the sampler's latent is
-# a video and an audio latent, saved apart (tests/test_families_minimax_comfyui.py).
+# a video and an audio latent, saved apart (tests/families/test_families_minimax_comfyui.py).
 FAMILIES["minimax_h3"] = FamilySpec(
     FAMILY_MODELS["minimax_h3"], "MiniMax H3 (ComfyUI native)", 4, 32, {
         "class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 64, "height": 64, "length": 5}},
@@ -122,7 +122,7 @@ SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]
 
 # LTX-2: 4 blocks, video 128 wide and audio 64 wide, the conditioning already processed per stream (64 + 64
 # wide); a 64x64, 9-frame video latent (8 tokens) joined by ComfyUI's ``LTXVConcatAVLatent`` with an 8-frame
-# audio latent (8 tokens). Its own tests: the AV latent is built and split there (tests/test_families_ltx2_comfyui.py).
+# audio latent (8 tokens). Its own tests: the AV latent is built and split there (tests/families/test_families_ltx2_comfyui.py).
 FAMILIES["ltx2"] = FamilySpec(
     FAMILY_MODELS["ltx2"], "LTX-2 (ComfyUI native)", 4, 128, {
         "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},

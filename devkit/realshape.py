@@ -3,7 +3,7 @@
 The real architecture (width 6144, 48 heads / 12 KV heads, text 12 x 2560) with two blocks, bf16
 weights written tensor by tensor (3 GB), sampled at 1024x1024 (4096 image tokens). One Fn residual
 of such a call holds 1 x 4112 x 6144 = 25M values (``FN_RESIDUAL_VALUES``), above 2**24, where
-float32 index arithmetic breaks. The realshape test tier (``tests/test_realshape_comfyui.py``) and
+float32 index arithmetic breaks. The realshape test tier (``tests/realshape/test_realshape_comfyui.py``) and
 the memory benchmark (``benchmarks/realshape_memory.py``) run it.
 """
 

@@ -9,7 +9,7 @@ right:
 
 It starts a CPU ComfyUI with this pack through ``devkit/comfy_harness.py``
 (finding ComfyUI like the tests do) only to read ``/object_info``.
-tests/test_example_workflows.py checks the result against the server and runs it.
+tests/editor/test_example_workflows.py checks the result against the server and runs it.
 """
 
 from __future__ import annotations

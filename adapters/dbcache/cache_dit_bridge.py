@@ -3,7 +3,7 @@
 cache-dit's interface (``BlockAdapter``, ``enable_cache``, ``refresh_context``, ``disable_cache``,
 ``DBCacheConfig``, the calibrator configs) turns a cache on and off. The pack leans on a few things
 behind it; each is used here only, named in ``HOOKS`` with the feature that needs it, and checked by
-one test each (``tests/test_cache_dit_bridge.py``) against the release in ``CHECKED_WITH``. When a
+one test each (``tests/dbcache/test_cache_dit_bridge.py``) against the release in ``CHECKED_WITH``. When a
 cache-dit release changes one, that test says which feature broke.
 """
 

@@ -1,5 +1,5 @@
 // Drives the real graph editor in headless Chromium: load a workflow, queue it, and report
-// what the Krea2CompareImages node shows (see tests/test_browser_compare.py for the checks).
+// what the Krea2CompareImages node shows (see tests/editor/test_browser_compare.py for the checks).
 //
 // usage: node compare_on_node.mjs <comfyui url> <workflow.json> <out dir>
 // writes <out dir>/compare_result.json and <out dir>/browser_compare.png

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_browser.py needs: Debian's chromium and the pinned
+# Installs what tests/editor/test_browser.py needs: Debian's chromium and the pinned
 # playwright-core (npm ci here). Prints one "BROWSER SETUP: OK" or
 # "BROWSER SETUP: FAILED (...)" line, and exits 1 on failure. dev.py goes on
 # either way: without a browser the browser tests skip and say why (and a run

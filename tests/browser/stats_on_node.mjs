@@ -1,6 +1,6 @@
 // Drives the real graph editor in headless Chromium: two tabs (two clients) on one
 // server show the same workflow; tab A queues it; report what the Krea2CacheDiT node
-// shows in each tab, live and after a reload (see tests/test_browser.py for the checks).
+// shows in each tab, live and after a reload (see tests/editor/test_browser.py for the checks).
 //
 // usage: node stats_on_node.mjs <comfyui url> <workflow.json> <out dir>
 // writes <out dir>/result.json, browser_stats.png (the editor after the run), and close-ups of

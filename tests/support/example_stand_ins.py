@@ -18,7 +18,7 @@ Comfy-Org files are replaced:
 - resolution: 64x64. CFG, sampler and every Cache-DiT setting stay as shipped; steps too, unless the
   test asks for fewer (``steps``).
 
-Used by tests/test_example_workflows.py (every example) and tests/test_manager_install.py
+Used by tests/editor/test_example_workflows.py (every example) and tests/pack/test_manager_install.py
 (the Turbo template of the pack as ComfyUI-Manager installed it).
 
 ``example_prompt_on_proxy`` runs an example on the small trained Krea-2 proxy instead

@@ -238,7 +238,7 @@ def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
 CONTENT_CASES = [(0, 0), (4, 0), (2, 0), (0, 1)]
 # Measured on the proxy: step-by-step changes of two runs differ by 4.9-9.6% of their mean. (The split of
 # each change into the latent's and the timestep's part is a measured figure, not a requirement:
-# ``python tests/krea2_proxy_residuals.py --cases 0:0,4:0`` prints it.)
+# ``python tests/support/krea2_proxy_residuals.py --cases 0:0,4:0`` prints it.)
 CONTENT_SPREAD = 0.02
 
 

@@ -1,7 +1,7 @@
 """The shipped example workflows: valid against the real server's /object_info, and runnable.
 
 Each example is converted to an API prompt and run on the CPU with the small stand-ins of
-tests/example_stand_ins.py (tiny Krea-2, or the family's test checkpoint for another family's example; test
+tests/support/example_stand_ins.py (tiny Krea-2, or the family's test checkpoint for another family's example; test
 conditioning instead of the text encoders, a tiny VAE of the example's kind, 64x64); CFG, sampler and every
 Cache-DiT setting stay as shipped, and so do the steps but for a family whose calls are slow even when tiny
 (``stand_in_steps``). The other families' compare templates are one entry each in devkit/example_templates.py;
@@ -31,7 +31,7 @@ from krea2_prompts import TINY_MODEL
 
 pytestmark = pytest.mark.comfyui
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO_ROOT / "example_workflows").glob("*.json"))
 
 

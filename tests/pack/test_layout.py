@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ADAPTERS = Path(__file__).resolve().parents[1] / "adapters"
+ADAPTERS = Path(__file__).resolve().parents[2] / "adapters"
 PACKAGES = sorted(p.name for p in ADAPTERS.iterdir() if (p / "__init__.py").is_file())
 FORBIDDEN = {
     "dbcache": {"forecast"},

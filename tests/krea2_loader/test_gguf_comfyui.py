@@ -205,7 +205,7 @@ def test_lora_survives_offloading_and_partial_unloads(comfy_root, comfy_server, 
 
     from comfy_harness import comfyui_python
 
-    tests_dir = Path(__file__).resolve().parent
+    tests_dir = Path(__file__).resolve().parents[1]   # the scripts import conftest, which puts the rest on the path
     script = OFFLOAD_SCRIPT.format(comfy_root=str(comfy_root), tests_dir=str(tests_dir),
                                    path=str(models / "diffusion_models" / gguf_name("Q8_0")),
                                    lora=str(models / "loras" / LORA))

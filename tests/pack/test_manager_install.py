@@ -6,7 +6,7 @@ With the real ComfyUI-Manager, the version ComfyUI pins in manager_requirements.
 2. ``cm-cli install git://127.0.0.1:PORT/comfyui-krea2-cachedit.git`` clones it into
    custom_nodes and pip-installs requirements.txt line by line;
 3. ComfyUI started with ``--enable-manager`` lists both nodes from the installed folder, runs
-   the pack's Turbo template (with the small stand-ins of tests/example_stand_ins.py), and the
+   the pack's Turbo template (with the small stand-ins of tests/support/example_stand_ins.py), and the
    manager reports no import failure for the pack. A second, deliberately broken pack shows that
    the same report does name a pack that fails to import.
 
@@ -36,7 +36,7 @@ from krea2_prompts import TINY_MODEL
 
 pytestmark = pytest.mark.comfyui
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_NAME = "comfyui-krea2-cachedit"  # the folder cm-cli clones into: the URL's last part
 BROKEN_NAME = "krea2-import-fails"
 NODES = ("Krea2CacheDiT", "CacheDiTDBCache", "Krea2DiffusersLoader")

@@ -150,7 +150,7 @@ CASES = {
 def test_every_family_has_a_case():
     covered = {family for family, *_ in CASES.values()}
     assert covered | set(SAME_CLASS) == set(FAMILIES) and set(SAME_CLASS.values()) <= covered, (
-        "every family needs a cached case in CASES (tests/test_model_release_comfyui.py)")
+        "every family needs a cached case in CASES (tests/pack/test_model_release_comfyui.py)")
 
 
 @pytest.fixture(scope="module")

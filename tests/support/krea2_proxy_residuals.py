@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--comfyui", type=Path, help="the ComfyUI checkout whose model code runs it")
     parser.add_argument("--cases", default="0:0,4:0", help="label:seed pairs, comma-separated")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE.parents[1] / "devkit"))  # the harness and the proxy builder
+    sys.path.insert(0, str(HERE.parents[2] / "devkit"))  # the harness and the proxy builder
     from comfy_harness import find_comfyui
     from krea2_proxy import ensure_proxy
 

@@ -1,7 +1,7 @@
 """LTXV through CacheDiTDBCache in the real server: what is LTXV's own.
 
-LTXV runs the shared scenario set of the families with tests of their own (tests/test_family_scenarios_comfyui.py,
-its harness in tests/family_harness.py: ComfyUI's ``LTXVConditioning`` in its graph, 4 blocks 128 wide sampling a
+LTXV runs the shared scenario set of the families with tests of their own (tests/families/test_family_scenarios_comfyui.py,
+its harness in tests/support/family_harness.py: ComfyUI's ``LTXVConditioning`` in its graph, 4 blocks 128 wide sampling a
 9-frame 64x64 video at 4 steps; the checkpoint written only when a test asks for ``ltxv_server``).
 
 Its own: LTX-2 (``LTXAVModel``, a subclass with a loop of its own) resolves to its own entry, never LTXV's.
@@ -33,13 +33,13 @@ print(resolve(LTXAVModel(num_layers=1, device="meta", operations=comfy.ops.disab
 def test_ltx_2_a_subclass_with_a_loop_of_its_own_is_its_own_family_not_ltxvs(comfy_root):
     """LTX-2's blocks take and return a (video, audio) pair and its loop perturbs blocks by index
     (``stg_self_attn_blocks``): ComfyUI's own ``LTXAVModel``, built on the meta device, resolves to the LTX-2
-    entry (tests/test_families_ltx2_comfyui.py), never to LTXV's, whose loop hands blocks one tensor."""
+    entry (tests/families/test_families_ltx2_comfyui.py), never to LTXV's, whose loop hands blocks one tensor."""
     import subprocess
     from pathlib import Path
 
     from comfy_harness import comfyui_python
 
-    devkit = str(Path(__file__).resolve().parents[1] / "devkit")
+    devkit = str(Path(__file__).resolve().parents[2] / "devkit")
     done = subprocess.run([comfyui_python(comfy_root), "-c", _LTX2_SCRIPT, devkit], cwd=comfy_root,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

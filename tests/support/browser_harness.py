@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-BROWSER_DIR = Path(__file__).resolve().parent / "browser"
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+BROWSER_DIR = Path(__file__).resolve().parents[1] / "browser"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
 def quiet_first_run(server):

@@ -1,5 +1,5 @@
 """The scenario set every family with tests of its own runs in the real server (Chroma, LTXV, HunyuanVideo 1.5,
-HunyuanImage 2.1, LTX-2, MiniMax H3): each scenario on every family whose harness (tests/family_harness.py) has
+HunyuanImage 2.1, LTX-2, MiniMax H3): each scenario on every family whose harness (tests/support/family_harness.py) has
 its capability, checking every output the family's graph saves (LTX-2's and MiniMax H3's video and audio).
 
 - the CFG layouts ComfyUI gives the family (CFG 1, batched, split), each with the step mask cached: the calls,

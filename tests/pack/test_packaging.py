@@ -24,7 +24,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # What a user's custom_nodes/<pack> needs, and nothing else.
 ALLOWED_TOP_LEVEL = {"__init__.py", "adapters", "nodes", "web", "example_workflows", "docs",

@@ -21,7 +21,7 @@ from krea2_synthetic import diffusers_transformer, native_state_dict
 
 pytestmark = pytest.mark.comfyui
 
-TESTS_DIR = Path(__file__).resolve().parent
+TESTS_DIR = Path(__file__).resolve().parents[1]   # the placement script imports conftest, which puts the rest on the path
 
 TINY_SEED = 0  # the seed conftest's krea2_tiny.safetensors was generated with
 EQUIVALENCE_TOLERANCE = 1e-4

@@ -1,4 +1,4 @@
-"""How the shared scenario set (tests/test_family_scenarios_comfyui.py) drives each family that has tests of its
+"""How the shared scenario set (tests/families/test_family_scenarios_comfyui.py) drives each family that has tests of its
 own (``FamilySpec.own_tests``): its server, how its graph is built and read, and which scenarios apply to it.
 
 The families differ only in how their graph is built (LTXV's conditioning node, LTX-2's and MiniMax H3's audio

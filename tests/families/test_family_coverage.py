@@ -4,8 +4,8 @@ and a word in docs/families.md: a new registry entry without them fails here, by
 A family is covered by a test spec when one of ``FAMILIES`` (devkit/family_prompts.py) names it, or
 when it is loaded only through the pack's own loader, whose tests name it in ``LOADER_ONLY`` below. A
 spec runs the shared family checks unless it names a test file of its own (``own_tests``), which must
-exist and run on it; such a spec has a ``FamilyHarness`` (tests/family_harness.py), on which the scenario set
-of tests/test_family_scenarios_comfyui.py runs.
+exist and run on it; such a spec has a ``FamilyHarness`` (tests/support/family_harness.py), on which the scenario set
+of tests/families/test_family_scenarios_comfyui.py runs.
 """
 
 from __future__ import annotations
@@ -18,11 +18,18 @@ from family_harness import HARNESSES
 from family_prompts import FAMILIES
 from krea2_cachedit.adapters.families.registry import SUPPORTED
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = "test_family_scenarios_comfyui.py"   # the scenario set, run on every harness
 
 # Families whose checkpoints only the pack's own loader opens: their tests, not the shared family checks.
 LOADER_ONLY = {"Krea-2 (diffusers)": ("test_loader_comfyui.py", "test_gguf_comfyui.py")}
+
+
+def file_of(name: str) -> Path:
+    """A test file by its name, in whichever group folder of tests/ it is."""
+    found = sorted((REPO / "tests").glob(f"*/{name}"))
+    assert len(found) == 1, f"tests/*/{name}: {len(found)} files"
+    return found[0]
 
 
 def spec_names() -> set[str]:
@@ -57,7 +64,7 @@ def test_loader_only_families_are_named_by_their_tests():
     for name, test_files in LOADER_ONLY.items():
         assert name in {family.name for family in SUPPORTED}, f"LOADER_ONLY names {name!r}, not in the registry"
         for test_file in test_files:
-            assert name in (REPO / "tests" / test_file).read_text(), f"{test_file} never checks {name!r}"
+            assert name in file_of(test_file).read_text(), f"{test_file} never checks {name!r}"
 
 
 def test_a_spec_left_out_of_the_shared_checks_runs_the_scenario_set_and_its_own_tests():
@@ -67,9 +74,8 @@ def test_a_spec_left_out_of_the_shared_checks_runs_the_scenario_set_and_its_own_
         if not spec.own_tests:
             continue
         assert key in HARNESSES and HARNESSES[key].family == key, \
-            f"the spec {key!r} has tests of its own but no FamilyHarness in tests/family_harness.py's HARNESSES"
-        path = REPO / "tests" / spec.own_tests
-        assert path.is_file(), f"the spec {key!r} names tests/{spec.own_tests}, which does not exist"
+            f"the spec {key!r} has tests of its own but no FamilyHarness in tests/support/family_harness.py's HARNESSES"
+        path = file_of(spec.own_tests)
         harness_name = next(name for name, value in vars(family_harness).items() if value is HARNESSES[key])
         assert path.name == SCENARIOS or re.search(rf"\b{harness_name}\b", path.read_text()), \
             f"tests/{spec.own_tests} never runs on the spec {key!r} (its harness {harness_name})"

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from urllib.parse import unquote
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 README_MAX_LINES = 200
 

@@ -123,7 +123,7 @@ HIGH_PRECISION = {"wan": (".modulation",), "ltxv": ("scale_shift_table",), "lumi
 def test_every_family_is_quantized():
     assert set(QUANTIZED) | set(NOT_QUANTIZED) == set(FAMILIES) - {"krea2"}, (
         "every family but Krea-2 needs its line in QUANTIZED, or a reason in NOT_QUANTIZED "
-        "(tests/test_quantized_families_comfyui.py)")
+        "(tests/families/test_quantized_families_comfyui.py)")
     assert not set(QUANTIZED) & set(NOT_QUANTIZED)
     assert all("gguf" in quant.refused for quant in QUANTIZED.values() if quant.architecture is None), (
         "a family with no GGUF architecture needs its refused['gguf'] reason")
