@@ -20,26 +20,20 @@ import functools
 import inspect
 import logging
 
-import comfy.model_patcher
-import comfy.patcher_extension
 import torch
 
-from ..adapters.families.registry import (
-    ANY_SCOPE,
-    NodeScope,
-    ResolvedTransformer,
-    loop_patches_in,
-    resolve,
-    skip_lists_in,
-)
+import comfy.model_patcher
+import comfy.patcher_extension
+
+from ..adapters.families.registry import (ANY_SCOPE, NodeScope, ResolvedTransformer, loop_patches_in, resolve,
+                                          skip_lists_in)
 from ..adapters.methods import DBCACHE, Method
 from ..adapters.record.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.sampling.step_clock import StepClock, churned_start_sigmas
 from . import conditioning_identity, multi_gpu, routes
 from .guidance import read_guidance
 from .plain_errors import plain_errors
-from .step_cache_conflicts import other_step_cache
-from .step_cache_conflicts import refusal as step_cache_refusal
+from .step_cache_conflicts import other_step_cache, refusal as step_cache_refusal
 
 KEY = "krea2_cachedit"
 # The run now sampling each transformer, by the id of the module the sampler calls. Runs are not
