@@ -21,6 +21,7 @@ emptied for a forecast call), ``BlockCounter`` (the blocks that ran), and, share
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 
@@ -40,17 +41,22 @@ OTHER_DEVICE = "other_device"
 
 
 class FinalLayerSeam:
-    """A pre-hook on the final layer: keeps the feature it gets, or hands it a forecast instead."""
+    """A pre-hook on the final layer: keeps the feature it gets, or hands it a forecast instead.
+
+    The feature is the final layer's first parameter: the loop may pass it by position or by name, and the
+    hook reads (and replaces) it where it came, never the first argument of whatever else was passed.
+    """
 
     def __init__(self, module: torch.nn.Module):
         self.module = module
+        self.feature_name = _first_parameter(module)
         self._hook = None
         self._forecast: torch.Tensor | None = None
         self.seen: torch.Tensor | None = None
         self.ran = 0
 
     def install(self) -> None:
-        self._hook = self.module.register_forward_pre_hook(self._before)
+        self._hook = self.module.register_forward_pre_hook(self._before, with_kwargs=True)
 
     def remove(self) -> None:
         if self._hook is not None:
@@ -66,15 +72,33 @@ class FinalLayerSeam:
         return ran, seen
 
     @torch.compiler.disable
-    def _before(self, module, args):
+    def _before(self, module, args, kwargs):
         self.ran += 1
+        feature = args[0] if args else kwargs.get(self.feature_name)
+        if not torch.is_tensor(feature):
+            raise RuntimeError(
+                f"{type(module).__name__}, the model's final layer, was called without its feature "
+                f"({self.feature_name!r}) first or by name: the model's code changed, and whole-call forecasting "
+                f"cannot find what to forecast. Update the pack, or use the Cache-DiT DBCache node for this model.")
         if self._forecast is None:
-            self.seen = args[0]
+            self.seen = feature
             return None
-        if tuple(args[0].shape) != tuple(self._forecast.shape):
+        if tuple(feature.shape) != tuple(self._forecast.shape):
             raise RuntimeError(f"The forecast feature has the shape {tuple(self._forecast.shape)}, the final layer "
-                               f"got {tuple(args[0].shape)}: this call's stream changed shape within a cache context.")
-        return (self._forecast, *args[1:])
+                               f"got {tuple(feature.shape)}: this call's stream changed shape within a cache context.")
+        if args:
+            return (self._forecast, *args[1:]), kwargs
+        return args, {**kwargs, self.feature_name: self._forecast}
+
+
+def _first_parameter(module: torch.nn.Module) -> str | None:
+    """The name of the first parameter of ``module.forward`` (None when it takes none by name)."""
+    try:
+        parameters = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    named = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return named[0].name if named else None
 
 
 class SkippedBlocks:

@@ -16,7 +16,7 @@ import torch
 from cache_runs import COND, NODE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs, forward, plain_outputs, record_of
 from krea2_cachedit.adapters.families import registry
 from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
-from krea2_cachedit.adapters.forecast.forecast_run import ForecastRun
+from krea2_cachedit.adapters.forecast.forecast_run import FinalLayerSeam, ForecastRun
 from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
 from krea2_cachedit.adapters.sampling.step_clock import StepClock
@@ -250,3 +250,36 @@ def test_a_shared_decision_that_says_compute_computes_the_step_and_feeds_the_his
     sample_single(transformer, TURBO, alone)
     assert_same_outputs(stream.outputs[:4], alone.outputs[:4], "the steps before the overruled one")
     assert not torch.equal(stream.outputs[4], alone.outputs[4]), "step 4 computed, not forecast"
+
+
+class _FinalLayer(torch.nn.Module):
+    def forward(self, x, scale):
+        return x * scale
+
+
+def test_the_final_layer_seam_finds_the_feature_by_position_or_by_name():
+    """The loop may hand the final layer its feature by position or by keyword (ComfyUI's loops differ and change):
+    the seam keeps it and puts the forecast in its place either way; a call that names no feature is refused by
+    name, never forecast into another argument."""
+    layer = _FinalLayer()
+    seam = FinalLayerSeam(layer)
+    assert seam.feature_name == "x"
+    seam.install()
+    try:
+        x, forecast = torch.ones(2, 3), torch.full((2, 3), 5.0)
+        for call in (lambda: layer(x, 2.0), lambda: layer(x=x, scale=2.0), lambda: layer(scale=2.0, x=x)):
+            seam.begin(None)
+            out = call()
+            ran, seen = seam.end()
+            assert ran == 1 and seen is x and torch.equal(out, x * 2)
+            seam.begin(forecast)
+            out = call()
+            seam.end()
+            assert torch.equal(out, forecast * 2), "the forecast replaced the feature where it came"
+        seam.begin(forecast)
+        with pytest.raises(RuntimeError, match=r"_FinalLayer, the model's final layer, was called without its "
+                                               r"feature \('x'\) first or by name.*Update the pack"):
+            layer(feature=x, scale=2.0)
+        seam.end()
+    finally:
+        seam.remove()
