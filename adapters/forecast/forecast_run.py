@@ -163,12 +163,11 @@ class ForecastRun(SamplingRun):
     def _close(self) -> None:
         self.counter.remove()
         self.seam.remove()
+        for stream in self.streams.values():
+            stream.history = None   # the features hold device memory; the run has ended
 
     def _streams(self) -> list[ForecastStream]:
-        accounts = list(self.streams.values())
-        for stream in accounts:
-            stream.history = None   # the features hold device memory; the run has ended
-        return accounts
+        return list(self.streams.values())
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
