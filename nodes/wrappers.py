@@ -160,6 +160,9 @@ def _publish(holder: CacheDiTHolder, meta: RunMeta, clock: StepClock, run, refus
         logger.warning("%s [node %s]: %s", node_name, node_id, reason)
         upstream = dataclasses.replace(meta, node_id=node_id, node_name=node_name, warnings=())
         routes.publish(skipped_record(clock.steps, upstream, reason), node_name)
+    if run is not None and run.stepped_aside is not None:   # the model's code is not what the method relies on
+        refusal, run = run.stepped_aside, None
+        logger.warning("%s [node %s]: %s", holder.node_name, holder.node_id, refusal)
     if run is None:
         record = skipped_record(clock.steps, dataclasses.replace(meta, warnings=()), refusal)
     else:
@@ -317,7 +320,10 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     # Every latent's shape (an audio-video model's video and audio), then the timestep's and context's.
     shapes = [tuple(a.shape) for a in (*latents, *args[1:3]) if torch.is_tensor(a)]
     text = conditioning_identity.call_identity(options, args)
-    with run.model_call(options["sigmas"], branches, shapes, device=x.device, text=text):
+    # The model's own code once more on this call's inputs, without the wrappers after this one: the run's
+    # first decided call checks with it that the loop is what the method relies on (``loop_drift``).
+    loop_call = functools.partial(executor.original, *args, **kwargs)
+    with run.model_call(options["sigmas"], branches, shapes, device=x.device, text=text, loop_call=loop_call):
         return executor(*args, **kwargs)
 
 

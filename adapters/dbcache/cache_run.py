@@ -21,6 +21,7 @@ from ..families.registry import ResolvedTransformer
 from ..sampling.call_router import CallLayout, StreamKey
 from ..sampling.sampling_run import BlockIndexTeller, CallWork, SamplingRun, Vote
 from ..sampling.step_clock import StepClock
+from .block_contract import BlockContract
 from .block_probe import BlockProbe, ModulationSlices
 from .cache_dit_bridge import CachedModule, ListToCache, context_configs
 from .cache_dit_logs import quiet_cache_dit
@@ -55,6 +56,7 @@ class CacheRun(SamplingRun):
         self.traces = TraceBook([entry.attr for entry in lists])
         self._list_names = tuple(entry.attr for entry in lists)
         self._quiet = quiet_cache_dit()
+        self.contract = BlockContract(target)
 
     @property
     def num_blocks(self) -> int:
@@ -66,6 +68,12 @@ class CacheRun(SamplingRun):
         return self._list_names if len(self._list_names) > 1 else (None,)
 
     # --- lifetime -----------------------------------------------------------------
+    def _loop_mismatch(self) -> str | None:
+        return self.contract.signature_mismatch()
+
+    def _probe_loop(self, loop_call) -> str | None:
+        return self.contract.probe(loop_call)
+
     def _open(self) -> None:
         # Quiet for the whole run, not only around its own calls into cache-dit: on several devices each
         # refreshes its contexts on its own thread.
@@ -120,7 +128,7 @@ class CacheRun(SamplingRun):
 
     def uncached(self):
         """A call computed with the original blocks and forward, outside cache-dit's state."""
-        return self.cache.bypassed()
+        return self.cache.bypassed() if self.opened else contextlib.nullcontext()
 
     def _start_context(self, step: int, layout: CallLayout):
         """A fresh cache context from ``step`` on, configured for ``layout``."""

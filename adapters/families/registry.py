@@ -37,6 +37,9 @@ class BlockList:
     # Whether the loop hands each block its hidden state as one pair of two widths, first, and takes
     # the pair back (LTX-2's (video, audio)): cache-dit gets it as one tensor (``paired_hidden``).
     hidden_pair: bool = False
+    # The block's required parameters after its hidden states, as the loop passes them: a block that
+    # requires another one is a loop this entry does not describe (``block_contract``).
+    arguments: tuple[str, ...] = ()
 
     def _pattern(self):
         import cache_dit
@@ -96,6 +99,9 @@ class TransformerFamily:
     # The module that turns the last block's hidden state into the model's output, with the step's
     # time modulation; its first argument is the feature whole-call forecasting forecasts.
     final_layer: str | None = None
+    # The final layer's parameter that takes the feature (its forward's name for it): the forecast reads and
+    # replaces the feature by this name, wherever the loop passes it (``final_layer_contract``).
+    final_feature: str | None = None
     # Where each block's modulation is its own slice of one table (None: the loop hands every block the same).
     modulation: BlockModulation | None = None
     # Attributes of the transformer listing block indices its loop skips (Chroma's ``skip_mmdit``,
@@ -112,6 +118,9 @@ class TransformerFamily:
             raise ValueError(f"{self.name}: a family needs its model's name (what node scopes select by)")
         if not self.block_lists or not all(isinstance(entry, BlockList) for entry in self.block_lists):
             raise ValueError(f"{self.name}: block_lists must be a non-empty tuple of BlockList")
+        if bool(self.final_layer) != bool(self.final_feature):
+            raise ValueError(f"{self.name}: a final layer needs its feature's parameter name (final_feature), and "
+                             f"only a final layer has one")
 
     @property
     def call_patches(self) -> bool:
@@ -122,28 +131,31 @@ class TransformerFamily:
 # Flux's double-stream blocks on (img, txt), by keyword, then its single-stream blocks on cat(txt, img);
 # both add into their input in place. HunyuanVideo's loop runs the same blocks the same way.
 FLUX_STREAM_LISTS = (BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
-                               adds_in_place=True),
-                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True))
+                               adds_in_place=True, arguments=("vec", "pe")),
+                     BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True,
+                               arguments=("vec", "pe")))
 
 SUPPORTED: tuple[TransformerFamily, ...] = (
     TransformerFamily(
         name="Krea-2 (ComfyUI native)",
         model="Krea-2",
         class_path="comfy.ldm.krea2.model.SingleStreamDiT",
-        block_lists=(BlockList("blocks", "Pattern_3"),),
+        block_lists=(BlockList("blocks", "Pattern_3", arguments=("vec", "freqs")),),
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         text_path=("txtfusion", "txtmlp"),
         final_layer="last",
+        final_feature="x",
     ),
     TransformerFamily(
         name="Krea-2 (diffusers)",
         model="Krea-2",
         class_path="diffusers.models.transformers.transformer_krea2.Krea2Transformer2DModel",
-        block_lists=(BlockList("transformer_blocks", "Pattern_3"),),
+        block_lists=(BlockList("transformer_blocks", "Pattern_3", arguments=("temb", "image_rotary_emb")),),
         check_forward_pattern=True,
         text_path=("text_fusion", "txt_in"),
         final_layer="final_layer",
+        final_feature="hidden_states",
     ),
     # Wan 2.1 / 2.2 (t2v, i2v, the 2.2 high/low-noise pair and the 5B): one list of blocks that
     # take (x, e, freqs, context, ...) and return x. Fn's residual is on the video tokens.
@@ -151,12 +163,13 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         name="Wan 2.1/2.2 (ComfyUI native)",
         model="Wan",
         class_path="comfy.ldm.wan.model.WanModel",
-        block_lists=(BlockList("blocks", "Pattern_3"),),
+        block_lists=(BlockList("blocks", "Pattern_3", arguments=("e", "freqs", "context")),),
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         loop_patches=("patches.double_block", "patches_replace.dit"),
         final_layer="head",
+        final_feature="x",
     ),
     # Z-Image: the main stack in ``layers`` takes the joint (caption + image) sequence and returns
     # it; Fn's residual is on that joint sequence. The noise and context refiners run before the
@@ -165,12 +178,13 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         name="Z-Image / Lumina 2 (ComfyUI native)",
         model="Z-Image",
         class_path="comfy.ldm.lumina.model.NextDiT",
-        block_lists=(BlockList("layers", "Pattern_3"),),
+        block_lists=(BlockList("layers", "Pattern_3", arguments=("x_mask", "freqs_cis")),),
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         loop_patches=("patches.double_block",),
         final_layer="final_layer",
+        final_feature="x",
     ),
     # Qwen-Image (and its Edit models, whose reference latents join the image tokens before the
     # stack): blocks take (hidden_states=image, encoder_hidden_states=text, ...) and return
@@ -180,12 +194,13 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         name="Qwen-Image (ComfyUI native)",
         model="Qwen-Image",
         class_path="comfy.ldm.qwen_image.model.QwenImageTransformer2DModel",
-        block_lists=(BlockList("transformer_blocks", "Pattern_1"),),
+        block_lists=(BlockList("transformer_blocks", "Pattern_1", arguments=("encoder_hidden_states_mask", "temb")),),
         check_forward_pattern=True,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         loop_patches=("patches.double_block", "patches_replace.dit", "control"),
         final_layer="norm_out",
+        final_feature="x",
     ),
     # Flux.1 (dev, schnell, Kontext) and Flux.2 (dev with guidance, Klein without): ``forward_orig``
     # runs the double-stream blocks on (img, txt), then the single-stream blocks on cat(txt, img).
@@ -203,6 +218,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         match_subclasses=False,
         loop_patches=("patches_replace.dit", "control"),
         final_layer="final_layer",
+        final_feature="x",
     ),
     # Chroma: Flux's double- and single-stream blocks without their own modulation. One call of the
     # distilled guidance approximator makes a table of every block's modulation; the loop passes each
@@ -214,14 +230,16 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         model="Chroma",
         class_path="comfy.ldm.chroma.model.Chroma",
         block_lists=(BlockList("double_blocks", "Pattern_0", block_type="double", hidden_kwargs=("img", "txt"),
-                               adds_in_place=True, modulation_kinds=("double_img", "double_txt")),
+                               adds_in_place=True, modulation_kinds=("double_img", "double_txt"),
+                               arguments=("vec", "pe")),
                      BlockList("single_blocks", "Pattern_3", block_type="single", adds_in_place=True,
-                               modulation_kinds=("single",))),
+                               modulation_kinds=("single",), arguments=("vec", "pe"))),
         check_forward_pattern=False,
         block_options_kwarg="transformer_options",
         match_subclasses=False,
         loop_patches=("patches_replace.dit", "control"),
         final_layer="final_layer",
+        final_feature="x",
         modulation=BlockModulation(table="distilled_guidance_layer", slicer="get_modulations", kwarg="vec"),
         skip_lists=("skip_mmdit", "skip_dit"),
     ),
@@ -237,11 +255,13 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         name="MiniMax H3 (ComfyUI native)",
         model="MiniMax H3",
         class_path="comfy.ldm.minimax.model.MiniMaxH3Model",
-        block_lists=(BlockList("blocks", "Pattern_3", adds_in_place=True),),
+        block_lists=(BlockList("blocks", "Pattern_3", adds_in_place=True,
+                               arguments=("t_emb", "mod_segments", "rope_freqs")),),
         check_forward_pattern=False,
         match_subclasses=False,
         loop_patches=("patches_replace.dit",),
         final_layer="final_layer",
+        final_feature="x",
     ),
     # LTXV (LTX-Video 0.9.x, ComfyUI's ``LTXVModel``): one list of blocks that take the video tokens
     # first and the rest by keyword (``block(x, context=..., timestep=..., pe=..., ...)``), add into
@@ -259,6 +279,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         match_subclasses=False,
         loop_patches=("patches_replace.dit",),
         final_layer="norm_out",
+        final_feature="input",   # a LayerNorm: ComfyUI's takes (*args, **kwargs), torch's names it ``input``
     ),
     # LTX-2 (audio + video, ComfyUI's ``LTXAVModel``): one list of blocks that take the pair (video tokens,
     # audio tokens) first, of two widths, and the rest by keyword (contexts, per-frame timesteps, rope of
@@ -297,6 +318,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         match_subclasses=False,
         loop_patches=("patches_replace.dit", "control"),
         final_layer="final_layer",
+        final_feature="x",
     ),
 )
 

@@ -14,14 +14,14 @@ full and kept out of the histories: their time is not a step of the schedule the
 fitted on, and the first evaluation of each step is what the histories hold.
 
 The parts: ``FinalLayerSeam`` (the hook on the final layer), ``SkippedBlocks`` (the block lists
-emptied for a forecast call), ``BlockCounter`` (the blocks that ran), and, shared with every method
+emptied for a forecast call), ``BlockCounter`` (the blocks that ran), ``FinalLayerContract`` (whether the
+model's code still hands the final layer its feature as the registry says), and, shared with every method
 (``sampling_run``): ``CallRouter`` (streams and contexts), ``TextPathReuse`` and ``ForeignServeWatch``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 
 import torch
 
@@ -32,6 +32,7 @@ from ..sampling.call_router import CallLayout, StreamKey
 from ..sampling.sampling_run import CallWork, SamplingRun, Vote
 from ..sampling.step_clock import StepClock
 from .feature_forecast import FeatureHistory
+from .final_layer_contract import FeatureArgument, FinalLayerContract
 from .forecast_settings import ForecastPlan
 
 # Why a step was computed or forecast, as the record names it (``OTHER_DEVICE``: another device of a
@@ -43,13 +44,13 @@ OTHER_DEVICE = "other_device"
 class FinalLayerSeam:
     """A pre-hook on the final layer: keeps the feature it gets, or hands it a forecast instead.
 
-    The feature is the final layer's first parameter: the loop may pass it by position or by name, and the
-    hook reads (and replaces) it where it came, never the first argument of whatever else was passed.
+    The feature is the final layer's parameter the registry names (``feature``): the loop may pass it by
+    position or by keyword, and the hook reads (and replaces) it where it came, never another argument.
     """
 
-    def __init__(self, module: torch.nn.Module):
+    def __init__(self, module: torch.nn.Module, feature: FeatureArgument):
         self.module = module
-        self.feature_name = _first_parameter(module)
+        self.feature = feature
         self._hook = None
         self._forecast: torch.Tensor | None = None
         self.seen: torch.Tensor | None = None
@@ -74,31 +75,19 @@ class FinalLayerSeam:
     @torch.compiler.disable
     def _before(self, module, args, kwargs):
         self.ran += 1
-        feature = args[0] if args else kwargs.get(self.feature_name)
+        feature = self.feature.get(args, kwargs)
         if not torch.is_tensor(feature):
             raise RuntimeError(
                 f"{type(module).__name__}, the model's final layer, was called without its feature "
-                f"({self.feature_name!r}) first or by name: the model's code changed, and whole-call forecasting "
-                f"cannot find what to forecast. Update the pack, or use the Cache-DiT DBCache node for this model.")
+                f"({self.feature.name!r}) by position or by name: the model's code changed, and the Cache-DiT Forecast "
+                f"node cannot find what to forecast. Update the pack, or use the Cache-DiT DBCache node for this model.")
         if self._forecast is None:
             self.seen = feature
             return None
         if tuple(feature.shape) != tuple(self._forecast.shape):
             raise RuntimeError(f"The forecast feature has the shape {tuple(self._forecast.shape)}, the final layer "
                                f"got {tuple(feature.shape)}: this call's stream changed shape within a cache context.")
-        if args:
-            return (self._forecast, *args[1:]), kwargs
-        return args, {**kwargs, self.feature_name: self._forecast}
-
-
-def _first_parameter(module: torch.nn.Module) -> str | None:
-    """The name of the first parameter of ``module.forward`` (None when it takes none by name)."""
-    try:
-        parameters = list(inspect.signature(module.forward).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    named = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return named[0].name if named else None
+        return self.feature.replace(args, kwargs, self._forecast)
 
 
 class SkippedBlocks:
@@ -146,7 +135,8 @@ class ForecastRun(SamplingRun):
         super().__init__(target, plan, clock, conds_per_step, node_name=node_name, host=host,
                          text_reuse_off=text_reuse_off)
         self.counter = BlockCounter(target.block_modules)
-        self.seam = FinalLayerSeam(getattr(target.module, target.family.final_layer))
+        self.contract = FinalLayerContract(target)
+        self.seam = FinalLayerSeam(self.contract.layer, self.contract.feature)
         self.skipped = SkippedBlocks(target.module, tuple(entry.attr for entry in target.block_lists))
         self.streams: dict[tuple[int, StreamKey], ForecastStream] = {}
         self._vote: Vote | None = None
@@ -156,13 +146,18 @@ class ForecastRun(SamplingRun):
         return self.counter.num_blocks
 
     # --- lifetime -----------------------------------------------------------------
+    def _loop_mismatch(self) -> str | None:
+        return self.contract.signature_mismatch()
+
     def _open(self) -> None:
         self.counter.install()
         self.seam.install()
+        self.contract.watch()   # until the first computed call it decides
 
     def _close(self) -> None:
         self.counter.remove()
         self.seam.remove()
+        self.contract.unwatch()
         for stream in self.streams.values():
             stream.history = None   # the features hold device memory; the run has ended
 
@@ -187,6 +182,11 @@ class ForecastRun(SamplingRun):
             counted = self.counter.end()
             work.evidence_ran, seen = self.seam.end()
         work.blocks_run = sum(counted)
+        if stream is not None and forecast is None and self.contract.watching:
+            warning = self.contract.verdict(seen)   # the call ran as it is: only the rest of the run steps aside
+            if warning is not None:
+                self.step_aside(warning)
+                return
         if stream is not None:
             stream.reasons[step] = reason
             if forecast is None and seen is not None:

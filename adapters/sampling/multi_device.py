@@ -232,9 +232,9 @@ class DeviceRun:
         self.run.warn_once(warning)
 
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes, device=None, text=None):
+    def model_call(self, sigma, branches, shapes, device=None, text=None, loop_call=None):
         try:
-            with self.run.model_call(sigma, branches, shapes, device=device, text=text) as routed:
+            with self.run.model_call(sigma, branches, shapes, device=device, text=text, loop_call=loop_call) as routed:
                 yield routed
         except BaseException:
             if self.clock.current_step is not None:
@@ -286,6 +286,11 @@ class MultiDeviceRun:
         """What the record is built from (``run_record.build``), once the run has ended."""
         return RunOutcome(self.plan, self.step_clock, self.family, tuple(self.observations), self.parallel)
 
+    @property
+    def stepped_aside(self) -> str | None:
+        """Why the run stepped aside on some device (the model's code is the same on every device)."""
+        return next((device.run.stepped_aside for device in self.devices if device.run.stepped_aside), None)
+
     def routes(self) -> dict[int, DeviceRun]:
         """Each device's run by the id of the module its calls go to."""
         return {id(device.host): device for device in self.devices}
@@ -295,8 +300,9 @@ class MultiDeviceRun:
         with contextlib.ExitStack() as stack:
             for device in self.devices:
                 stack.enter_context(device.run)
-                stack.callback(device.leave_consensus)
-                device.join_consensus()
+                if device.run.opened:   # a run that stepped aside at once decides nothing
+                    stack.callback(device.leave_consensus)
+                    device.join_consensus()
             self._stack = stack.pop_all()
         return self
 

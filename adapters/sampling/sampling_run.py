@@ -11,6 +11,8 @@ its timing and its entry in the run's calls. A method (``CacheRun``: DBCache; ``
 whole-call forecasting) adds only what differs:
 
 - ``_open`` / ``_close``: put its hooks on the module, and take them off;
+- ``_loop_mismatch()`` / ``_probe_loop(loop_call)``: whether the model's code still is what the method relies
+  on, when the run opens and on its first decided call (``loop_drift``); on a mismatch the run steps aside;
 - ``_start_context(step, layout)``: a fresh context for a new call layout;
 - ``_call(step, key, routed)``: its part around one model call, filling in a ``CallWork``;
 - ``_streams()``: each stream's account for the record;
@@ -77,6 +79,10 @@ class SamplingRun:
         self.calls: list[Call] = []
         self.warnings: list[str] = []   # the run's own; the plan's are the plan's
         self.observation: RunObservation | None = None
+        # Why the run stepped aside (``loop_drift``): from then on every call is computed as without the node.
+        self.stepped_aside: str | None = None
+        self.opened = False
+        self._probed = False
 
     @property
     def num_blocks(self) -> int:
@@ -98,6 +104,15 @@ class SamplingRun:
     def _streams(self) -> list[StreamAccount]:
         raise NotImplementedError
 
+    def _loop_mismatch(self) -> str | None:
+        """The warning when the model's signatures are not what the method relies on (None: they are)."""
+        return None
+
+    def _probe_loop(self, loop_call: Callable[[], object]) -> str | None:
+        """On the run's first decided call, before it: the warning when the model's loop, run once more by
+        ``loop_call``, is not what the method relies on (None: it is, or the method checks in its call)."""
+        return None
+
     def _observed(self) -> dict:
         """What the method adds to its observation (``RunObservation`` fields)."""
         return {}
@@ -116,21 +131,32 @@ class SamplingRun:
 
     # --- lifetime -------------------------------------------------------------------
     def __enter__(self):
-        self._open()
-        if self.text_path is not None:
-            self.text_path.__enter__()
+        self.stepped_aside = self._loop_mismatch()
+        if self.stepped_aside is None:   # else nothing of the method touches the model
+            self._open()
+            self.opened = True
+            if self.text_path is not None:
+                self.text_path.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         try:
-            if self.text_path is not None:
-                self.text_path.__exit__(exc_type, exc, tb)
+            if self.opened:
+                self.opened = False
+                try:
+                    if self.text_path is not None:
+                        self.text_path.__exit__(exc_type, exc, tb)
+                finally:
+                    self._close()   # whatever happened: the method's hooks never outlive the run
         finally:
-            try:
-                self._close()   # whatever happened: the method's hooks never outlive the run
-            finally:
-                self.observation = self._observe(exit_status(exc_type))
+            self.observation = self._observe(exit_status(exc_type))
         return False
+
+    def step_aside(self, warning: str) -> None:
+        """From now on the run computes every call as without the node (the model's code is not what the method
+        relies on); the record is a skipped one that says why."""
+        if self.stepped_aside is None:
+            self.stepped_aside = warning
 
     @property
     def observations(self) -> list[RunObservation]:
@@ -155,19 +181,29 @@ class SamplingRun:
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes, device=None, text=None):
+    def model_call(self, sigma, branches, shapes, device=None, text=None, loop_call=None):
         """Wrap one transformer call: the method decides it (or it is computed in full), and it is counted.
 
         ``sigma`` may stay on the device: it is read only when the clock needs it, and for the
         record at the end of the run. ``text``: (identity, tensor) of the call's conditioning when
         the host vouches it is the same whenever the identity is (see ``text_path``), else None.
-        Yields whether the method decides the call.
+        ``loop_call`` runs the model's own code once more on the call's inputs (the first decided call's check
+        of the loop, ``_probe_loop``). Yields whether the method decides the call.
         """
+        if not self.opened:   # stepped aside when the run opened: the method never touched the model
+            yield False
+            return
         key = StreamKey(tuple(int(b) for b in branches), tuple(tuple(s) for s in shapes))
         if torch.is_tensor(sigma):
             sigma = sigma.detach()
         step = self.clock.step_of(sigma, key)
         routed = self._route(step, key)
+        if routed and not self._probed:
+            self._probed = True
+            warning = self._probe_loop(loop_call) if loop_call is not None else None
+            if warning is not None:
+                self.step_aside(warning)
+                routed = False
         timer = CallTimer(device)
         text_call = self.text_path.call(*text) if self.text_path is not None and text else contextlib.nullcontext()
         with text_call, self._call(step, key, routed) as work:
@@ -179,8 +215,9 @@ class SamplingRun:
                                threading.current_thread().name, work.list_skipped))
 
     def _route(self, step: int, key: StreamKey) -> bool:
-        # Once another cache answered a call, the count of calls is off: route around it.
-        if self.foreign_serves.seen:
+        # Once another cache answered a call, the count of calls is off, and once the run stepped aside the
+        # method's part is off: route around it.
+        if self.foreign_serves.seen or self.stepped_aside is not None:
             return False
         route = self.router.route(step, key)
         if route.new_context is not None:

@@ -40,6 +40,8 @@
   (``audio_video.py``): for LTX-2, whose loop hands its blocks a (video, audio) pair;
 - ``Krea2TestModelWatch`` (``model_watch.py``): weak references to a model and its modules, read
   back with the pack's module-level registries by a route, to check that a model that ran is freed.
+- ``Krea2TestLoopDrift`` (``loop_drift.py``): ComfyUI's model code of Krea-2, Flux or MiniMax H3 changed for
+  one sampling run (its loop, a block or the final layer), as an upstream update might;
 - ``Krea2TestFinalLayerProbe``: per model call, the first block's output and the final layer's input
   and outputs (MiniMax H3's video and audio rows), saved for a test to check what a cached step served.
 
@@ -61,6 +63,7 @@ import torch
 from server import PromptServer
 
 from .audio_video import NODE_CLASS_MAPPINGS as AUDIO_VIDEO_NODES
+from .loop_drift import LOOP_DRIFT_NODES
 from .measurement import register as register_measurement_routes
 from .model_watch import Krea2TestModelWatch
 from .model_watch import register as register_model_watch_route
@@ -493,7 +496,8 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestOwnModelInput": Krea2TestOwnModelInput,
                        "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper,
                        "Krea2TestLatentBytes": Krea2TestLatentBytes,
-                       "Krea2TestModelWatch": Krea2TestModelWatch, **AUDIO_VIDEO_NODES}
+                       "Krea2TestModelWatch": Krea2TestModelWatch, **AUDIO_VIDEO_NODES,
+                       **LOOP_DRIFT_NODES}
 
 register_measurement_routes(PromptServer.instance.routes)
 register_model_watch_route(PromptServer.instance.routes)

@@ -16,6 +16,7 @@ import torch
 from cache_runs import COND, NODE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs, forward, plain_outputs, record_of
 from krea2_cachedit.adapters.families import registry
 from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
+from krea2_cachedit.adapters.forecast.final_layer_contract import FeatureArgument
 from krea2_cachedit.adapters.forecast.forecast_run import FinalLayerSeam, ForecastRun
 from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
@@ -257,17 +258,26 @@ class _FinalLayer(torch.nn.Module):
         return x * scale
 
 
-def test_the_final_layer_seam_finds_the_feature_by_position_or_by_name():
-    """The loop may hand the final layer its feature by position or by keyword (ComfyUI's loops differ and change):
-    the seam keeps it and puts the forecast in its place either way; a call that names no feature is refused by
-    name, never forecast into another argument."""
-    layer = _FinalLayer()
-    seam = FinalLayerSeam(layer)
-    assert seam.feature_name == "x"
+class _ReorderedFinalLayer(torch.nn.Module):
+    """The same layer after an upstream change that put the time modulation first."""
+
+    def forward(self, scale, x):
+        return x * scale
+
+
+@pytest.mark.parametrize("layer_type", [_FinalLayer, _ReorderedFinalLayer])
+def test_the_final_layer_seam_finds_the_feature_by_the_registrys_name(layer_type):
+    """The loop may hand the final layer its feature by position or by keyword, and its parameters may be reordered
+    (ComfyUI's loops differ and change): the seam finds the registry's parameter by name, keeps it and puts the
+    forecast in its place either way; a call that names no feature is refused by name, never forecast into
+    another argument."""
+    layer = layer_type()
+    seam = FinalLayerSeam(layer, FeatureArgument(layer, "x"))
     seam.install()
     try:
         x, forecast = torch.ones(2, 3), torch.full((2, 3), 5.0)
-        for call in (lambda: layer(x, 2.0), lambda: layer(x=x, scale=2.0), lambda: layer(scale=2.0, x=x)):
+        positional = (lambda: layer(x, 2.0)) if layer_type is _FinalLayer else (lambda: layer(2.0, x))
+        for call in (positional, lambda: layer(x=x, scale=2.0), lambda: layer(scale=2.0, x=x)):
             seam.begin(None)
             out = call()
             ran, seen = seam.end()
@@ -277,8 +287,8 @@ def test_the_final_layer_seam_finds_the_feature_by_position_or_by_name():
             seam.end()
             assert torch.equal(out, forecast * 2), "the forecast replaced the feature where it came"
         seam.begin(forecast)
-        with pytest.raises(RuntimeError, match=r"_FinalLayer, the model's final layer, was called without its "
-                                               r"feature \('x'\) first or by name.*Update the pack"):
+        with pytest.raises(RuntimeError, match=rf"{layer_type.__name__}, the model's final layer, was called without "
+                                               r"its feature \('x'\) by position or by name.*Update the pack"):
             layer(feature=x, scale=2.0)
         seam.end()
     finally:

@@ -1,0 +1,225 @@
+"""What DBCache relies on in a family's block loop, checked for each run (see ``sampling.loop_drift``).
+
+cache-dit runs each block list as one wrapper: the loop calls it once, with what it would hand the list's
+first block, and the wrapper hands every block the same arguments and reads each block's output by its
+forward pattern. That is right only where the loop calls its blocks as the registry says:
+
+- the hidden state(s) first, by position, or by the registry's keywords, or by cache-dit's own names;
+- the same other arguments for every block (but the slices the registry makes itself, Chroma's);
+- each block returning what the pattern says (a tensor, a pair, or the pattern's tuple);
+- and the block requiring no parameter the registry does not know.
+
+The signatures are checked when the run opens (``signature_mismatch``); what the loop really passes and
+what a block really returns, on the run's first call the cache decides (``probe``): the model's own code
+runs once more with stand-ins for the blocks that record what each gets, the first block of each list
+running for real to show its output. The stand-ins hand the hidden state on unchanged, so the probe costs
+one block per list and the parts of a call around the blocks.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import torch
+
+from ..families.registry import BlockList, ResolvedTransformer
+from ..sampling.loop_drift import describe, drift_warning, parameters_of, same_argument, takes_any
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+class BlockContract:
+    """DBCache's part of the registry for ``target``: checked at run open and on the first decided call.
+
+    Made before cache-dit wraps the lists: ``blocks`` are the model's own (during a call cache-dit's wrappers
+    stand in the module's attributes)."""
+
+    def __init__(self, target: ResolvedTransformer):
+        self.target = target
+        self.blocks = target.block_modules
+
+    def signature_mismatch(self) -> str | None:
+        """The warning for a block whose forward no longer takes what the registry says (None: all do)."""
+        for entry, blocks in zip(self.target.block_lists, self.blocks):
+            for block in {type(block): block for block in blocks}.values():
+                found = _signature_problem(entry, block)
+                if found is not None:
+                    return drift_warning(self.target.family.name, f"{type(block).__name__}.forward (the "
+                                         f"'{entry.attr}' blocks)", _expected_signature(entry), found)
+        return None
+
+    def probe(self, loop_call: Callable[[], object]) -> str | None:
+        """Runs the model's own code once (``loop_call``) with the blocks watched; the warning when the loop no
+        longer calls them as the registry says (None: it does)."""
+        module, lists = self.target.module, self.target.block_lists
+        recorders = [ListRecorder(entry, blocks, self.target.family) for entry, blocks in zip(lists, self.blocks)]
+        held = [getattr(module, entry.attr) for entry in lists]
+        for entry, recorder in zip(lists, recorders):
+            setattr(module, entry.attr, recorder.stand_ins)
+        try:
+            with torch.no_grad():
+                loop_call()
+        except _Seen:
+            pass
+        except Exception as error:   # the loop could not run with the blocks as cache-dit would run them
+            return self._warning("the model's loop", "it to run with each block list as one",
+                                 f"{type(error).__name__}: {error}")
+        finally:
+            for entry, blocks in zip(lists, held):
+                setattr(module, entry.attr, blocks)
+        for recorder in recorders:
+            if recorder.found is not None:
+                return self._warning(*recorder.found)
+        return None
+
+    def _warning(self, where: str, expected: str, found: str) -> str:
+        return drift_warning(self.target.family.name, where, expected, found)
+
+
+class _Seen(Exception):
+    """A stand-in saw enough: the probe's call stops there."""
+
+
+class ListRecorder:
+    """Stand-ins for one block list: each records what the loop hands it; the first also runs the real block."""
+
+    def __init__(self, entry: BlockList, blocks: torch.nn.ModuleList, family):
+        self.entry, self.blocks = entry, blocks
+        pattern = entry._pattern()
+        self.inputs, self.outputs = pattern.In, pattern.Out
+        sliced = family.modulation.kwarg if family.modulation is not None and entry.modulation_kinds else None
+        self.sliced = {sliced} if sliced else set()
+        self.stand_ins = torch.nn.ModuleList([_StandIn(self, index) for index in range(len(blocks))])
+        self.order: list[int] = []
+        self.found: tuple[str, str, str] | None = None   # (where, expected, found) of the first mismatch
+        self._first_rest: tuple[tuple, dict] | None = None
+
+    def called(self, index: int, args: tuple, kwargs: dict):
+        self.order.append(index)
+        block = type(self.blocks[index]).__name__
+        where = f"{block} {index} of '{self.entry.attr}' as the loop calls it"
+        hidden, rest = self._split(args, kwargs)
+        if isinstance(hidden, str):
+            self._mismatch(where, self._expected_hidden(), hidden)
+        if index == 0:
+            self._first_rest = rest
+            output = self.blocks[0](*args, **kwargs)
+            if not self._output_fits(output):
+                self._mismatch(f"what {block}.forward returns", self._expected_output(), _shape_of(output))
+            return output
+        differing = _differing(self._first_rest, rest, self.sliced)
+        if differing:
+            self._mismatch(where, f"every '{self.entry.attr}' block handed the same other arguments",
+                           f"block {index} handed its own {differing}")
+        if index == len(self.blocks) - 1 and self.order != list(range(len(self.blocks))):
+            self._mismatch(f"the loop over '{self.entry.attr}'", "each block called once, in order",
+                           f"the calls {self.order}")
+        values = [hidden[name] for name in self.outputs]
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def _split(self, args: tuple, kwargs: dict):
+        """({input name: value}, (other positional, other keyword arguments)), or a description of the misfit."""
+        hidden, kwargs = {}, dict(kwargs)
+        for position, name in enumerate(self.inputs):
+            keyword = self.entry.hidden_kwargs[position] if self.entry.hidden_kwargs else name
+            if position < len(args):
+                hidden[name] = args[position]
+            elif keyword in kwargs or name in kwargs:
+                hidden[name] = kwargs.pop(keyword if keyword in kwargs else name)
+            else:
+                named = ", ".join(repr(k) for k in kwargs) or "none"
+                return f"{len(args)} positional argument(s) and the keywords {named}", ((), {})
+            if not self._hidden_fits(hidden[name]):
+                return f"{_shape_of(hidden[name])} as its {name}", ((), {})
+        return hidden, (args[len(self.inputs):], kwargs)
+
+    def _hidden_fits(self, value) -> bool:
+        if self.entry.hidden_pair:
+            return isinstance(value, (tuple, list)) and len(value) == 2 and all(map(torch.is_tensor, value))
+        return torch.is_tensor(value)
+
+    def _output_fits(self, output) -> bool:
+        if self.entry.hidden_pair or len(self.outputs) > 1:
+            return (isinstance(output, (tuple, list)) and len(output) == 2
+                    and all(map(torch.is_tensor, output)))
+        return torch.is_tensor(output)
+
+    def _expected_hidden(self) -> str:
+        names = self.entry.hidden_kwargs or self.inputs
+        return f"its hidden state(s) first, by position or as {', '.join(repr(n) for n in names)}"
+
+    def _expected_output(self) -> str:
+        if self.entry.hidden_pair:
+            return "the (video, audio) pair"
+        return "a tensor" if len(self.outputs) == 1 else f"a tuple ({', '.join(self.outputs)})"
+
+    def _mismatch(self, where: str, expected: str, found: str):
+        self.found = (where, expected, found)
+        raise _Seen()
+
+
+class _StandIn(torch.nn.Module):
+    """In the place of one block for the probe's call: tells its recorder what it got."""
+
+    def __init__(self, recorder: ListRecorder, index: int):
+        super().__init__()
+        self.index = index
+        object.__setattr__(self, "_recorder", recorder)   # not a child module: the recorder holds the real blocks
+
+    def forward(self, *args, **kwargs):
+        return self._recorder.called(self.index, args, kwargs)
+
+
+def _differing(first: tuple[tuple, dict] | None, rest: tuple[tuple, dict], sliced: set[str]) -> str | None:
+    """Which of a block's other arguments differ from the first block's (None: none)."""
+    if first is None:
+        return None
+    (first_args, first_kwargs), (args, kwargs) = first, rest
+    if len(args) != len(first_args):
+        return f"{len(args)} positional arguments (the first block {len(first_args)})"
+    for position, (a, b) in enumerate(zip(first_args, args)):
+        if not same_argument(a, b):
+            return f"positional argument {position + 1} after the hidden state(s)"
+    keys = (set(first_kwargs) | set(kwargs)) - sliced
+    for key in sorted(keys):
+        if key not in first_kwargs or key not in kwargs or not same_argument(first_kwargs[key], kwargs[key]):
+            return repr(key)
+    return None
+
+
+def _shape_of(value) -> str:
+    if torch.is_tensor(value):
+        return f"a tensor {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} ({', '.join(_shape_of(v) for v in value)})"
+    return f"a {type(value).__name__}"
+
+
+def _expected_signature(entry: BlockList) -> str:
+    hidden = (f"its hidden state(s) as {', '.join(entry.hidden_kwargs)}" if entry.hidden_kwargs
+              else f"its first {entry.hidden_args} parameter(s) positional (the hidden state(s))")
+    known = ", ".join(entry.arguments) or "none"
+    return f"{hidden}, and no required parameters but these: {known}"
+
+
+def _signature_problem(entry: BlockList, block: torch.nn.Module) -> str | None:
+    """What in ``block``'s forward differs from ``entry`` (None: it fits, or it takes anything)."""
+    parameters = parameters_of(block)
+    if parameters is None or takes_any(parameters):
+        return None
+    names = [p.name for p in parameters]
+    variadic = {p.kind for p in parameters} & set(_VARIADIC)
+    if entry.hidden_kwargs:
+        hidden = set(entry.hidden_kwargs)
+        if not hidden <= set(names) and inspect.Parameter.VAR_KEYWORD not in variadic:
+            return describe(parameters)
+    else:
+        leading = [p for p in parameters[:entry.hidden_args] if p.kind in _POSITIONAL]
+        if len(leading) < entry.hidden_args and inspect.Parameter.VAR_POSITIONAL not in variadic:
+            return describe(parameters)
+        hidden = {p.name for p in leading}
+    unknown = [p.name for p in parameters if p.default is inspect.Parameter.empty and p.kind not in _VARIADIC
+               and p.name not in hidden and p.name not in entry.arguments]
+    return describe(parameters) if unknown else None
