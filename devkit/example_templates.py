@@ -2,7 +2,7 @@
 
 ``tools/make_example_workflows.py`` writes ``example_workflows/<name>`` from an entry (the graph: loaders
 with Comfy-Org's file names and download links, the family's usual recipe, the cache node with one seed
-sampled with and without it, **Krea-2 Compare Images**, a note), and ``tests/editor/test_example_workflows.py``
+sampled with and without it, **Compare Images (Cache-DiT)**, a note), and ``tests/editor/test_example_workflows.py``
 checks the written file against the entry (files and links, recipe, CLIP type, cache settings) and runs it on
 the family's tiny stand-in (``stand_in``: a spec of ``devkit/family_prompts.py``; ``vae``: a stand-in of
 ``tests/support/example_stand_ins.py``). Adding a family's template: one entry here, then rerun the tool.

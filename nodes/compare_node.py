@@ -1,4 +1,4 @@
-"""Krea-2 Compare Images: MAE, PSNR and a difference heatmap of two images, shown on the node."""
+"""Compare Images (Cache-DiT): MAE, PSNR and a difference heatmap of two images, shown on the node."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class Krea2CompareImages(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         return io.Schema(
             node_id="Krea2CompareImages",
-            display_name="Krea-2 Compare Images",
+            display_name="Compare Images (Cache-DiT)",
             category="image/Cache-DiT",
             description=(
                 "How far a candidate image is from a reference, e.g. the cached image from the uncached one "
@@ -61,7 +61,7 @@ class Krea2CompareImages(io.ComfyNode):
 
             PromptServer.instance.send_progress_text(text, str(cls.hidden.unique_id))
         except Exception as error:  # showing the numbers must never fail the comparison
-            logger.debug("Krea-2 Compare Images: could not show the metrics on the node: %s", error)
+            logger.debug("Compare Images (Cache-DiT): could not show the metrics on the node: %s", error)
 
 
 def metrics_record(comparison: Comparison) -> dict:

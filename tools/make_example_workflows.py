@@ -212,7 +212,7 @@ def compare_note(variant: str) -> str:
     return (
         f"## Krea-2 {variant.capitalize()}: with and without Cache-DiT\n\n"
         "Both KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
-        "samples through **Krea-2 Cache-DiT**, the bottom one without it. **Krea-2 Compare Images** shows on "
+        "samples through **Krea-2 Cache-DiT**, the bottom one without it. **Compare Images (Cache-DiT)** shows on "
         "the node how far the cached image is from the uncached one: MAE (0-255), PSNR (dB; identical images "
         "give 100 dB) and a heatmap of where they differ (black = identical, white = the largest difference). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
@@ -268,7 +268,7 @@ def family_note(t: FamilyTemplate) -> str:
                  "samples through **Cache-DiT DBCache (any supported DiT)**, the bottom one without it. ")
     return (
         f"## {t.title}: with and without Cache-DiT\n\n"
-        f"{graph}**Krea-2 Compare Images** "
+        f"{graph}**Compare Images (Cache-DiT)** "
         "(it compares any two images) shows on the node how far the cached image is from the uncached one: MAE "
         "(0-255), PSNR (dB; identical images give 100 dB) and a heatmap of where they differ (black = identical). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import zipfile
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -27,11 +28,12 @@ except ModuleNotFoundError:  # Python 3.10
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # What a user's custom_nodes/<pack> needs, and nothing else.
-ALLOWED_TOP_LEVEL = {"__init__.py", "adapters", "nodes", "web", "example_workflows", "docs",
-                     "pyproject.toml", "requirements.txt", "README.md", "LICENSE"}
+ALLOWED_TOP_LEVEL = {"__init__.py", "adapters", "nodes", "web", "example_workflows", "docs", "locales",
+                     "pyproject.toml", "requirements.txt", "README.md", "CHANGELOG.md", "LICENSE"}
 REQUIRED = {"__init__.py", "pyproject.toml", "requirements.txt", "README.md", "LICENSE", "nodes/__init__.py",
             "adapters/__init__.py", "example_workflows/krea2_turbo_cachedit.json",
-            "example_workflows/krea2_raw_cachedit.json", "example_workflows/krea2_diffusers_cachedit.json"}
+            "example_workflows/krea2_raw_cachedit.json", "example_workflows/krea2_diffusers_cachedit.json",
+            "web/docs/Krea2CacheDiT.md", "web/docs/Krea2CacheDiT/zh.md", "locales/zh/nodeDefs.json", "CHANGELOG.md"}
 FORBIDDEN_PARTS = {"tests", "devkit", "__pycache__", "node_modules", ".pytest_cache", ".git", ".ci", "tools"}
 FORBIDDEN_SUFFIXES = {".safetensors", ".ckpt", ".pt", ".bin", ".gguf", ".pyc", ".zip"}
 
@@ -77,10 +79,14 @@ def test_pyproject_metadata():
     assert project["name"] == "comfyui-krea2-cachedit"
     assert project["version"].count(".") == 2
     assert (REPO_ROOT / project["license"]["file"]).is_file()
-    assert comfy["PublisherId"] and comfy["DisplayName"]
+    missing = [field for field in ("PublisherId", "DisplayName", "Icon", "requires-comfyui") if not comfy.get(field)]
+    assert not missing, f"[tool.comfy] lacks {missing}"
     assert comfy["requires-comfyui"].startswith(">=")
-    if "://" not in comfy["Icon"]:
-        assert (REPO_ROOT / comfy["Icon"]).is_file(), "Icon must be a URL or a file in this repository"
+    # The registry shows the icon from an absolute URL; it names this repository's own icon file.
+    icon = urlparse(comfy["Icon"])
+    assert icon.scheme == "https" and icon.netloc, f"Icon must be an absolute https URL, not {comfy['Icon']!r}"
+    assert any((REPO_ROOT / Path(*icon.path.split("/")[-i:])).is_file() for i in (1, 2, 3)), (
+        f"Icon {comfy['Icon']} names no file of this repository")
     # ComfyUI-Manager installs requirements.txt; the registry reads pyproject: they must agree.
     requirements = [line.strip() for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()
                     if line.strip() and not line.lstrip().startswith("#")]
