@@ -8,14 +8,17 @@ side by side in one run, through ComfyUI's own execution (UNETLoader, KSampler, 
 
 - Turbo (8 steps, CFG 1) and Raw (52 steps, CFG 3.5) at 1024x1024: without the node, with the
   node's defaults, with ``steps_mask`` fast, and with caching off (its overhead must stay under 1%);
-- the same (without caching off) behind ComfyUI's TorchCompileModel (inductor);
+  beside them the Cache-DiT Forecast node's presets for the regime (Turbo: turbo_5_of_8, turbo_4_of_8;
+  Raw: raw_1_in_4);
+- the DBCache ones (without caching off) behind ComfyUI's TorchCompileModel (inductor);
 - Raw on two GPUs (ComfyUI's ``MultiGPU CFG Split``: cond on one, uncond on the other), without
   the node, with its defaults and with ``steps_mask`` fast, when the machine has two or more GPUs
   ("skipped: one GPU" otherwise; the smoke run takes a second device key on the CPU instead).
 
 It keeps to a time budget (8 minutes, install included): it times the first runs and compile
 warm-ups, extrapolates, and cuts repeats, shortens Raw (fewer steps, ratio noted) or drops the
-compiled cases rather than run over, and says what it cut. The table goes to stdout, the JSON
+compiled cases rather than run over, and says what it cut (Raw's Forecast row goes before Raw is
+shortened, ``gpu_check/budget.py``). The table goes to stdout, the JSON
 to ``$OUT`` when set, else ``benchmarks/results/``. ``--smoke``: the same on the CPU at a small size.
 """
 

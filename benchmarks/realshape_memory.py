@@ -5,7 +5,9 @@ two blocks, bf16 weights, ComfyUI computing in float32 on the CPU) through the r
 graph without the node and the node with caching off (which traces every call), each after
 resetting the server process's peak RSS (``/proc/PID/clear_refs``). Prints each run's peak RSS
 and its excess over the uncached run, beside what the diagnostics should hold: one Fn residual
-per stream (1 x 4112 x 6144 float32 = 101 MB) plus 64 KiB of samples per step and stream.
+per stream (1 x 4112 x 6144 float32 = 101 MB) plus 64 KiB of samples per step and stream, and
+what the Cache-DiT Forecast node's history holds per stream and preset at this shape (``history_bytes``,
+the bound ``tests/realshape/test_realshape_forecast_memory.py`` checks at 128 text tokens).
 On a GPU the GPU check reports the same as CUDA peak memory (``dev.py gpu-check``).
 
     python benchmarks/realshape_memory.py
@@ -63,6 +65,23 @@ def main():
         print(f"{name:<22}{peak / 2**20:>9.0f} MiB{(peak - base) / 2**20:>+11.0f} MiB{before / 2**20:>8.0f} MiB"
               f"{seconds:>9.1f}  {status}")
     print(f"one Fn residual: {FN_RESIDUAL_VALUES * 4 / 2**20:.0f} MiB in float32 (the diagnostics hold one per stream)")
+    print_forecast_histories(FN_RESIDUAL_VALUES)
+
+
+def print_forecast_histories(feature_values: int):
+    """The Forecast node's history per stream and preset for a feature of ``feature_values`` values."""
+    import importlib
+
+    import torch
+
+    pack = load_pack().__name__
+    history_bytes = importlib.import_module(f"{pack}.adapters.forecast.feature_forecast").history_bytes
+    presets = importlib.import_module(f"{pack}.adapters.forecast.forecast_settings").PRESETS
+    print("Forecast node, history per stream (split CFG: two streams):")
+    for name, preset in presets.items():
+        sizes = [history_bytes(preset.forecast, (feature_values,), dtype) / 2**20
+                 for dtype in (torch.bfloat16, torch.float32)]
+        print(f"  {name:<22}{sizes[0]:>8.0f} MiB bf16{sizes[1]:>8.0f} MiB float32")
 
 
 if __name__ == "__main__":

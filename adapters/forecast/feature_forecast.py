@@ -14,17 +14,21 @@ run's steps, where the official code hard-codes 50):
   difference by k(k-1)/2, which does not extrapolate even a parabola, so this uses Newton's k(k+1)/2.
 
 The ridge fit needs no stored features: with the time mapped over the whole run, the design rows
-never change, so ``X^T X`` (tiny, float64 on the host) and ``X^T H`` (one float32 tensor per basis,
-the feature's size, float64 for float64 features) are accumulated as steps are computed, and a forecast is one weighted sum of the
-``X^T H`` rows: ``x*^T (X^T X + lambda I)^-1 X^T H``, the ridge solution evaluated at the step. Memory
-stays (m + 1) features in float32 whatever the step count; the local extrapolation keeps the last
-few computed features in their own dtype.
-"""
+never change, so ``X^T X`` (tiny, float64 on the host) and ``X^T (H - h_0)`` (one tensor per basis, the
+feature's size) are accumulated as steps are computed, ``h_0`` being the first computed feature, kept
+as it came; a forecast is ``s h_0 + x*^T (X^T X + lambda I)^-1 X^T (H - h_0)``, with ``s`` the same
+weights on the design's column sums: the ridge solution evaluated at the step.
+
+Memory per stream (``history_bytes``; Krea-2 1024x1024 in docs/nodes.md): the fit holds (m + 1)
+accumulations and ``h_0``; the local extrapolation the last ``order + 1`` computed features, in their
+own dtype, and only when the forecast uses it (not Spectrum's ``w`` 1). A bf16 feature is accumulated
+in bf16 (``_accumulating`` says why), any other in float32 or float64."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 
 import torch
 
@@ -58,10 +62,43 @@ class Forecaster:
     def local_order(self) -> int:
         return 2 if self.forecast == "quadratic" else 1
 
+    @property
+    def uses_fit(self) -> bool:
+        """Whether the forecast has a Chebyshev share (Spectrum with ``w`` above 0)."""
+        return self.forecast == "spectrum" and self.blend_w > 0.0
+
+    @property
+    def uses_local(self) -> bool:
+        """Whether the forecast has a local-extrapolation share (linear, quadratic, Spectrum with ``w`` below 1)."""
+        return self.forecast != "spectrum" or self.blend_w < 1.0
+
+    @property
+    def recent_kept(self) -> int:
+        """The computed features the local extrapolation needs: its order's points; none without it."""
+        return self.local_order + 1 if self.uses_local else 0
+
 
 def _accumulating(dtype: torch.dtype) -> torch.dtype:
-    """float32 for the half-precision features a model computes; float64 stays float64."""
-    return torch.promote_types(dtype, torch.float32)
+    """bf16 for bf16 features, float32 for float16 and float32 ones, float64 for float64.
+
+    A bf16 accumulation halves the fit's memory (Krea-2 1024x1024, Spectrum m 4: 260 MB per stream instead
+    of 519 MB; split CFG holds two). Accumulated as they come, bf16 sums lose what the fit needs: on the
+    trained proxy's features (benchmarks/forecast_error.py's, Raw, ``spectrum_paper``) the forecast's mean
+    error grew from 0.145 to 0.168. Accumulated as differences from the first computed feature, which are
+    far smaller than the features, it grew to 0.146 (0.240 to 0.241 for ``spectrum_paper_fast``), within
+    the spread of the images. float16 keeps float32: its range is a bf16's square root, and a sum of a
+    run's differences can leave it."""
+    return dtype if dtype == torch.bfloat16 else torch.promote_types(dtype, torch.float32)
+
+
+def history_bytes(settings: "Forecaster", feature_shape, dtype: torch.dtype) -> int:
+    """What one stream's ``FeatureHistory`` holds at most, in bytes, for features of ``feature_shape``
+    and ``dtype`` (the fit's accumulations and first feature, the local extrapolation's recent features)."""
+    values = math.prod(feature_shape)
+    fit = 0
+    if settings.uses_fit:
+        fit = (settings.chebyshev_degree + 1) * values * _accumulating(dtype).itemsize + values * dtype.itemsize
+    return fit + settings.recent_kept * values * dtype.itemsize
 
 
 def chebyshev_row(tau: float, degree: int) -> list[float]:
@@ -79,12 +116,14 @@ class FeatureHistory:
         self.settings = settings
         self.steps = max(steps, 1)
         self.computed_steps: list[int] = []
-        self._recent: collections.deque[tuple[int, torch.Tensor]] = collections.deque(
-            maxlen=settings.local_order + 1)
+        self._recent: collections.deque[tuple[int, torch.Tensor]] = collections.deque(maxlen=settings.recent_kept)
         bases = settings.chebyshev_degree + 1
         self._xtx = torch.zeros(bases, bases, dtype=torch.float64)
-        self._xth: torch.Tensor | None = None          # (bases, *feature) float32, on the feature's device
+        self._column_sums = torch.zeros(bases, dtype=torch.float64)   # X^T 1: what h_0 is weighted by
+        self._first: torch.Tensor | None = None        # h_0, the first computed feature
+        self._xth: torch.Tensor | None = None          # (bases, *feature) X^T (H - h_0), on the feature's device
         self._shape: tuple[int, ...] | None = None
+        self._dtype: torch.dtype | None = None
 
     def _tau(self, step: int) -> float:
         return 2.0 * step / self.steps - 1.0
@@ -96,47 +135,61 @@ class FeatureHistory:
     def fits(self, feature_shape) -> bool:
         return self._shape is None or tuple(feature_shape) == self._shape
 
+    def held_bytes(self) -> int:
+        """The bytes of the tensors this history holds (``history_bytes`` is its bound)."""
+        held = [self._first, self._xth, *(feature for _, feature in self._recent)]
+        return sum(t.numel() * t.element_size() for t in held if t is not None)
+
     @torch.no_grad()
     def add(self, step: int, feature: torch.Tensor) -> None:
         """The feature a computed step gave the final layer."""
         feature = feature.detach()
-        self._shape = tuple(feature.shape)
+        self._shape, self._dtype = tuple(feature.shape), feature.dtype
         self.computed_steps.append(step)
         self._recent.append((step, feature))
-        if self.settings.forecast != "spectrum" or self.settings.blend_w == 0.0:
-            return
+        if self.settings.uses_fit:
+            self._accumulate(step, feature)
+
+    def _accumulate(self, step: int, feature: torch.Tensor) -> None:
         row = chebyshev_row(self._tau(step), self.settings.chebyshev_degree)
-        self._xtx += torch.outer(torch.tensor(row, dtype=torch.float64), torch.tensor(row, dtype=torch.float64))
-        if self._xth is None:
+        as_tensor = torch.tensor(row, dtype=torch.float64)
+        self._xtx += torch.outer(as_tensor, as_tensor)
+        self._column_sums += as_tensor
+        if self._first is None:
+            # The first feature's own difference is zero: nothing to add to the accumulations yet.
+            self._first = feature
             self._xth = torch.zeros((len(row), *feature.shape), dtype=_accumulating(feature.dtype),
                                     device=feature.device)
-        as_float = feature.to(self._xth.dtype)
+            return
+        # The difference in float32 at least, rounded once per basis into the accumulation.
+        difference = feature.to(torch.promote_types(self._xth.dtype, torch.float32)) - self._first
         for basis, value in enumerate(row):   # one basis at a time: no (bases x feature) temporary
-            self._xth[basis].add_(as_float, alpha=value)
+            self._xth[basis].add_(difference, alpha=value)
 
     @torch.no_grad()
     def forecast(self, step: int) -> torch.Tensor:
         """The feature at ``step`` (``ready`` must hold), in the computed features' dtype."""
-        latest_step, latest = self._recent[-1]
-        local = self._local(step)
-        if self.settings.forecast != "spectrum" or self.settings.blend_w == 0.0:
-            return local.to(latest.dtype)
-        w = self.settings.blend_w
+        if not self.settings.uses_fit:
+            return self._local(step).to(self._dtype)
         spectral = self._chebyshev(step)
-        blended = spectral if w == 1.0 else torch.lerp(local, spectral, w)
-        return blended.to(latest.dtype)
+        if not self.settings.uses_local:
+            return spectral.to(self._dtype)
+        return torch.lerp(self._local(step), spectral, self.settings.blend_w).to(self._dtype)
 
     def _chebyshev(self, step: int) -> torch.Tensor:
         bases = self.settings.chebyshev_degree + 1
         row = torch.tensor(chebyshev_row(self._tau(step), self.settings.chebyshev_degree), dtype=torch.float64)
         gram = self._xtx + self.settings.ridge_lambda * torch.eye(bases, dtype=torch.float64)
         weights = torch.linalg.solve(gram, row)          # (X^T X + lambda I)^-1 x*, symmetric
-        weights = weights.to(device=self._xth.device, dtype=self._xth.dtype)
-        return torch.tensordot(weights, self._xth, dims=1)
+        on_first = float(weights @ self._column_sums)
+        computing = torch.promote_types(self._xth.dtype, torch.float32)
+        weights = weights.to(device=self._xth.device, dtype=computing)
+        return torch.tensordot(weights, self._xth.to(computing), dims=1).add_(self._first.to(computing),
+                                                                             alpha=on_first)
 
     def _local(self, step: int) -> torch.Tensor:
         """Newton's backward-difference extrapolation from the last computed steps, in units of their last spacing."""
-        points = [(s, feature.to(_accumulating(feature.dtype))) for s, feature in self._recent]
+        points = [(s, feature.to(torch.promote_types(feature.dtype, torch.float32))) for s, feature in self._recent]
         (last_step, last), (before_step, before) = points[-1], points[-2]
         k = (step - last_step) / max(last_step - before_step, 1)
         difference = last - before

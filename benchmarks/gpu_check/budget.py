@@ -45,6 +45,22 @@ def plan_raw(seconds: float, step_s: float, cases: int, most_repeats: int,
     return (steps, 1) if steps >= min_steps else None
 
 
+def plan_raw_with_forecast(seconds: float, step_s: float, cases: int, forecast_cases: int, most_repeats: int,
+                           full_steps: int = RAW_FULL_STEPS) -> tuple[tuple[int, int] | None, bool]:
+    """``plan_raw`` for Raw's DBCache cases and its Forecast rows, and whether the Forecast rows stay.
+
+    The order of the cuts: Raw's repeats first (the Forecast rows stay while one repeat of every case fits
+    at full length), then the Forecast rows, then Raw's length. A Forecast preset is a schedule for Raw's
+    full 52 steps, and a shortened Raw changes what every row means; the DBCache rows are the older figures.
+    Every case is estimated at an uncached run's cost: a forecast run's host and final-layer time on a GPU
+    was never measured, and over-estimating it only cuts sooner."""
+    if forecast_cases:
+        plan = plan_raw(seconds, step_s, cases + forecast_cases, most_repeats, full_steps)
+        if plan is not None and plan[0] == full_steps:
+            return plan, True
+    return plan_raw(seconds, step_s, cases, most_repeats, full_steps), False
+
+
 def compiled_turbo_reserve(scale: Scale, turbo_s: float) -> float:
     """What the compiled Turbo cases will likely take: a first compile, two cheaper ones, the runs."""
     return 2 * scale.compile_guess_s + len(COMPILED_VARIANTS) * scale.turbo_repeats * turbo_s

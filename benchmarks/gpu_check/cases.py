@@ -1,4 +1,4 @@
-"""What the GPU check samples: its workloads, the node's variants on each, and the two scales it runs at."""
+"""What the GPU check samples: its workloads, the nodes' variants on each, and the two scales it runs at."""
 
 from __future__ import annotations
 
@@ -21,6 +21,20 @@ VARIANTS = {"uncached": None, "defaults": {}, "steps_mask fast": {"steps_mask": 
             "caching off": {"residual_diff_threshold": 0.0, "steps_mask": "none"}}
 COMPILED_VARIANTS = ("uncached", "defaults", "steps_mask fast")
 TWO_GPU_VARIANTS = ("uncached", "defaults", "steps_mask fast")
+
+# The Cache-DiT Forecast node's presets made for each workload's regime, measured eagerly beside the
+# DBCache variants (same repeats, same reference); a row's variant is "forecast <preset>".
+FORECAST_PRESETS = {"turbo": ("turbo_5_of_8", "turbo_4_of_8"), "raw": ("raw_1_in_4",)}
+FORECAST_PREFIX = "forecast "
+
+
+def forecast_variants(workload: Workload) -> tuple[str, ...]:
+    return tuple(FORECAST_PREFIX + preset for preset in FORECAST_PRESETS.get(workload.name, ()))
+
+
+def forecast_preset(variant: str) -> str | None:
+    """The Forecast node's preset a variant runs, None for the DBCache node's variants and no node."""
+    return variant.removeprefix(FORECAST_PREFIX) if variant.startswith(FORECAST_PREFIX) else None
 TWO_GPUS = Workload("raw 2 gpus", RAW_FULL_STEPS, 3.5)
 
 

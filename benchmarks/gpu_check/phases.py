@@ -1,5 +1,8 @@
 """The GPU check's phases, most important first, each sized to what the budget leaves: eager Turbo,
 eager Raw (shortened rather than dropped), Raw on two GPUs, then Turbo and Raw behind TorchCompileModel.
+The eager phases carry the Cache-DiT Forecast node's rows beside the DBCache ones, in the same
+alternation: Turbo's always (a forecast run costs at most an uncached one; the repeats shrink for every
+row alike), Raw's while Raw keeps its full length (``plan_raw_with_forecast`` says the order of the cuts).
 
 A phase decides which cases run and how many times; the ``Measurer`` runs them, the ``Budget`` says
 what is left and records what was cut.
@@ -8,9 +11,10 @@ what is left and records what was cut.
 from __future__ import annotations
 
 from comfy_harness import ComfyServer
-from .budget import (RAW_MIN_STEPS, Budget, BudgetExceeded, compiled_turbo_reserve, plan_raw, raw_share,
-                              repeats_that_fit)
-from .cases import COMPILED_VARIANTS, RAW, TURBO, TWO_GPU_VARIANTS, TWO_GPUS, VARIANTS, Scale, Workload
+from .budget import (RAW_MIN_STEPS, Budget, BudgetExceeded, compiled_turbo_reserve, plan_raw_with_forecast,
+                     raw_share, repeats_that_fit)
+from .cases import (COMPILED_VARIANTS, RAW, TURBO, TWO_GPU_VARIANTS, TWO_GPUS, VARIANTS, Scale, Workload,
+                    forecast_variants)
 from .measure import Measurer
 from .rows import Measured, new_row
 
@@ -31,7 +35,7 @@ class Check:
         return row
 
     def eager_turbo(self):
-        rows = [self.add(new_row(TURBO, v, False)) for v in VARIANTS]
+        rows = [self.add(new_row(TURBO, v, False)) for v in (*VARIANTS, *forecast_variants(TURBO))]
         self.timings["first run (model load)"] = self.measurer.warm_up(rows[0])
         for row in rows[1:]:
             self.measurer.warm_up(row)
@@ -47,8 +51,15 @@ class Check:
         step_s = self.measurer.warm_up(probe, steps=TURBO.steps) / TURBO.steps
         self.timings["raw warm-up (8 steps)"] = probe.warmup_s
         reserve = compiled_turbo_reserve(self.scale, self.rows[("turbo", False, "uncached")].seconds)
-        seconds = raw_share(self.budget.left(), reserve, one_repeat_s=len(VARIANTS) * self.scale.raw_steps * step_s)
-        plan = plan_raw(seconds, step_s, len(VARIANTS), self.scale.raw_repeats, full_steps=self.scale.raw_steps)
+        forecasts = forecast_variants(RAW)
+        seconds = raw_share(self.budget.left(), reserve,
+                            one_repeat_s=(len(VARIANTS) + len(forecasts)) * self.scale.raw_steps * step_s)
+        plan, keep_forecasts = plan_raw_with_forecast(seconds, step_s, len(VARIANTS), len(forecasts),
+                                                      self.scale.raw_repeats, full_steps=self.scale.raw_steps)
+        if forecasts and not keep_forecasts:
+            self.budget.cut(f"raw {', '.join(forecasts)}: cut so that Raw keeps its {self.scale.raw_steps} steps "
+                            f"({step_s:.2f} s per step, {seconds:.0f} s available)")
+            forecasts = ()
         if plan is None:
             del self.rows[probe.key]
             self.budget.cut(f"raw: not even {RAW_MIN_STEPS} steps of its {len(VARIANTS)} cases fit "
@@ -61,7 +72,7 @@ class Check:
                             f"speedups are for {self.raw_steps} steps")
         if repeats < self.scale.raw_repeats:
             self.budget.cut(f"raw repeats {repeats} instead of {self.scale.raw_repeats}")
-        rows = [self.add(new_row(RAW, v, False, self.raw_steps)) for v in VARIANTS]
+        rows = [self.add(new_row(RAW, v, False, self.raw_steps)) for v in (*VARIANTS, *forecasts)]
         self.measurer.repeat(rows, repeats)
 
     def compiled(self, workload: Workload, steps: int, warmup_steps: int | None, most_repeats: int, share: float):

@@ -2,6 +2,8 @@
 
 A row's speedup and deviation are against the uncached run of the same workload and compile mode
 (compiled uncached: against eager uncached); caching off is flagged when it costs 1% or more.
+DBCache rows and Forecast rows alike: the node's record says which steps it skipped (cached or
+forecast) and how many block evaluations ran.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import dataclasses
 import statistics
 
 from speedup import Case, relative_l2
-from .cases import TWO_GPUS, VARIANTS, Workload
+from .cases import TWO_GPUS, VARIANTS, Workload, forecast_preset
 
 OVERHEAD_LIMIT = 0.01                           # caching off vs no node
 
@@ -21,7 +23,7 @@ class Measured:
     workload: str
     variant: str
     compiled: bool
-    inputs: dict | None                       # what the cache node was sent
+    inputs: dict | None                       # what the node was sent (the Forecast node: its preset)
     times: list[float] = dataclasses.field(default_factory=list)
     latents: dict[int, object] = dataclasses.field(default_factory=dict)   # seed -> final latent
     stats: dict | None = None
@@ -42,11 +44,17 @@ class Measured:
 
 
 def new_row(workload: Workload, variant: str, compiled: bool, steps: int | None = None) -> Measured:
-    """A row not measured yet: ``variant`` of ``workload``, behind TorchCompileModel when ``compiled``."""
-    inputs = VARIANTS[variant]
+    """A row not measured yet: ``variant`` of ``workload`` (a DBCache variant, or "forecast <preset>" for
+    the Forecast node), behind TorchCompileModel when ``compiled``."""
     name = f"{workload.name}{' compiled' if compiled else ''} {variant}"
-    case = Case(name, steps or workload.steps, workload.cfg, inputs, "inductor" if compiled else None)
-    return Measured(case, workload.name, variant, compiled, inputs)
+    backend, steps = "inductor" if compiled else None, steps or workload.steps
+    preset = forecast_preset(variant)
+    if preset is not None:
+        forecast = {"preset": preset}
+        return Measured(Case(name, steps, workload.cfg, {}, backend, forecast=forecast), workload.name, variant,
+                        compiled, forecast)
+    inputs = VARIANTS[variant]
+    return Measured(Case(name, steps, workload.cfg, inputs, backend), workload.name, variant, compiled, inputs)
 
 
 def reference_of(row: Measured, rows: dict[tuple, Measured]) -> Measured | None:
@@ -84,6 +92,9 @@ def summarize_row(row: Measured, rows: dict[tuple, Measured]) -> dict:
     reference = reference_of(row, rows)
     eager = rows.get((row.workload, False, "uncached"))
     stats = row.stats or {}
+    # Block evaluations without the node over those with it, from the record: a cached step counts the
+    # blocks cache-dit still computes (Fn, Bn), a forecast step none (its call runs no block, only the
+    # model's embedding and final layer), so the ideal of either node reads the same way.
     ideal = stats.get("ideal_speedup", 1.0)
     speedup = reference.seconds / row.seconds if reference and reference.times and row.variant != "uncached" else 1.0
     seeds = sorted(set(row.latents) & set(reference.latents)) if reference else []
@@ -91,8 +102,10 @@ def summarize_row(row: Measured, rows: dict[tuple, Measured]) -> dict:
     return {
         "case": row.case.name, "workload": row.workload, "variant": row.variant, "compiled": row.compiled,
         "steps": row.case.steps, "cfg": row.case.cfg, "cfg_mode": stats.get("cfg_mode"),
+        "method": stats.get("method", {}).get("name"),
+        # The steps whose blocks the node skipped: DBCache's cached steps, the Forecast node's forecast ones.
         "cached": f"{len(stats['skipped_steps'])}/{stats['steps']}" if stats else None,
-        "cached_steps": stats.get("skipped_steps"),
+        "cached_steps": stats.get("skipped_steps"), "forecast_steps": stats.get("forecast_steps"),
         "seconds": row.seconds, "times": row.times, "repeats": len(row.times), "warmup_s": row.warmup_s,
         "ideal": ideal, "speedup": speedup, "wall_over_ideal": speedup / ideal,
         "vs_eager": eager.seconds / row.seconds if eager and eager.times else None,

@@ -13,7 +13,7 @@ def _fmt(value, spec: str, suffix: str = "") -> str:
 def print_table(report: dict):
     print(f"\nKrea-2 Cache-DiT GPU check: {report['device']}, {report['model']['description']}, "
           f"{report['settings']['size']}x{report['settings']['size']}; medians of side-by-side runs")
-    header = (f"{'case':<32}{'steps':>6}{'cached':>8}{'wall s':>9}{'ideal':>7}{'speedup':>9}{'vs eager':>9}"
+    header = (f"{'case':<32}{'steps':>6}{'skipped':>8}{'wall s':>9}{'ideal':>7}{'speedup':>9}{'vs eager':>9}"
               f"{'wall/ideal':>11}{'peak VRAM':>11}{'+VRAM':>10}{'est. error':>11}{'deviation':>11}")
     print(header)
     print("-" * len(header))
@@ -22,7 +22,8 @@ def print_table(report: dict):
               f"{r['speedup']:>8.2f}x{_fmt(r['vs_eager'], '.2f', 'x'):>9}{r['wall_over_ideal']:>11.0%}"
               f"{_fmt(r['peak_vram_gib'], '.1f', ' GiB'):>11}{_fmt(r.get('extra_vram_mib'), '+.0f', ' MiB'):>10}"
               f"{_fmt(r.get('estimate_error'), '+.1%'):>11}{_fmt(r['deviation'], '.4f'):>11}")
-    print("ideal = block evaluations without the cache / with it; speedup = uncached time / time (same compile "
+    print("skipped = steps whose blocks the node skipped (DBCache: cached; Forecast: forecast); ideal = block "
+          "evaluations without the node / with it (a forecast step runs none); speedup = uncached time / time (same compile "
           "mode); vs eager = eager uncached time / time; +VRAM = CUDA peak over the uncached case's (same "
           "compile mode); est. error = the node's estimated uncached time against the caching-off case's "
           "measured duration_s (medians); deviation = relative L2 of the final latent from "

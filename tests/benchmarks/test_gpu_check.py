@@ -26,6 +26,7 @@ from gpu_check import phases as gpu_check_phases  # noqa: E402
 from gpu_check import rows as gpu_check_rows  # noqa: E402
 from gpu_check import setup as gpu_check_setup  # noqa: E402
 from gpu_check import table as gpu_check_table  # noqa: E402
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings  # noqa: E402
 from krea2_synthetic import (  # noqa: E402
     FULL_SIZE, Krea2Shape, native_shapes, native_state_dict, write_native_checkpoint)
 from speedup import Case  # noqa: E402
@@ -76,6 +77,30 @@ def test_plan_raw_keeps_full_length_and_drops_repeats_first():
     assert gpu_check_budget.plan_raw(10, step_s, cases, most_repeats=2) is None
     assert gpu_check_budget.repeats_that_fit(100, 2.0, 4, most=5) == 5
     assert gpu_check_budget.repeats_that_fit(20, 2.0, 4, most=5) == 2
+
+
+def test_raw_cuts_its_repeats_then_its_forecast_rows_then_its_length():
+    step_s, cases, forecasts = 0.5, 4, 1      # one repeat of 52 steps: 104 s, 130 s with the forecast row
+    plan = gpu_check_budget.plan_raw_with_forecast
+    assert plan(270, step_s, cases, forecasts, most_repeats=2) == ((52, 2), True)
+    assert plan(220, step_s, cases, forecasts, most_repeats=2) == ((52, 1), True), "a repeat goes first"
+    assert plan(120, step_s, cases, forecasts, most_repeats=2) == ((52, 1), False), "then the forecast row"
+    assert plan(52, step_s, cases, forecasts, most_repeats=2) == ((26, 1), False), "then Raw's length"
+    assert plan(10, step_s, cases, forecasts, most_repeats=2) == (None, False)
+    assert plan(220, step_s, cases, 0, most_repeats=2) == ((52, 2), False)
+
+
+def test_forecast_rows_send_their_preset_to_the_forecast_node():
+    [turbo_5, turbo_4] = [gpu_check_rows.new_row(gpu_check_cases.TURBO, v, False)
+                          for v in gpu_check_cases.forecast_variants(gpu_check_cases.TURBO)]
+    [raw] = [gpu_check_rows.new_row(gpu_check_cases.RAW, v, False, steps=12)
+             for v in gpu_check_cases.forecast_variants(gpu_check_cases.RAW)]
+    assert (turbo_5.case.name, turbo_5.case.forecast, turbo_5.case.steps) == (
+        "turbo forecast turbo_5_of_8", {"preset": "turbo_5_of_8"}, 8)
+    assert turbo_4.case.forecast == {"preset": "turbo_4_of_8"} and turbo_4.case.cfg == 1.0
+    assert (raw.case.name, raw.case.forecast, raw.case.steps, raw.case.cfg) == (
+        "raw forecast raw_1_in_4", {"preset": "raw_1_in_4"}, 12, 3.5)
+    assert gpu_check_rows.new_row(gpu_check_cases.TURBO, "defaults", False).case.forecast is None
 
 
 def test_report_gives_the_estimates_error_and_the_nodes_extra_peak_per_case(capsys):
@@ -170,7 +195,8 @@ def test_install_refuses_a_folder_prepared_for_another_python(tmp_path):
 # --- the smoke run ---------------------------------------------------------------------
 
 VARIANTS = ("uncached", "defaults", "steps_mask fast", "caching off")
-EXPECTED_CASES = ([f"{w} {v}" for w in ("turbo", "raw") for v in VARIANTS]
+FORECASTS = {"turbo": ("turbo_5_of_8", "turbo_4_of_8"), "raw": ("raw_1_in_4",)}
+EXPECTED_CASES = ([f"{w} {v}" for w in ("turbo", "raw") for v in (*VARIANTS, *(f"forecast {p}" for p in FORECASTS[w]))]
                   + [f"raw 2 gpus {v}" for v in gpu_check_cases.TWO_GPU_VARIANTS]
                   + [f"{w} compiled {v}" for w in ("turbo", "raw") for v in gpu_check_cases.COMPILED_VARIANTS])
 
@@ -242,3 +268,23 @@ def test_smoke_caching_off_is_bit_identical(smoke_report):
         row = next(r for r in report["cases"] if r["case"] == f"{workload} caching off")
         assert row["cached"].startswith("0/") and row["deviation"] == 0.0
         assert report["caching_off_overhead"][workload]["bit_identical"] is True
+
+
+def test_smoke_forecast_rows_forecast_at_their_presets_schedule(smoke_report):
+    report, stdout = smoke_report
+    rows = {row["case"]: row for row in report["cases"]}
+    for workload, steps in (("turbo", 8), ("raw", report["budget"]["raw_steps"])):
+        for preset in FORECASTS[workload]:
+            row = rows[f"{workload} forecast {preset}"]
+            computed = ForecastSettings.from_preset(preset).schedule.computed(steps)
+            expected = [step for step, compute in enumerate(computed) if not compute]
+            assert row["method"] == "forecast" and row["node_inputs"] == {"preset": preset}
+            assert row["forecast_steps"] == expected and row["cached_steps"] == expected
+            assert row["cached"] == f"{len(expected)}/{steps}"
+            # A forecast step runs no block: the ideal is the steps over the computed ones.
+            assert row["ideal"] == pytest.approx(steps / sum(computed), abs=1e-4)
+            assert row["deviation"] > 0 and row["deviation_reference"] == f"{workload} uncached"
+            assert row["peak_vram_gib"] is None or row["peak_vram_gib"] > 0
+            assert row["speedup"] > 0 and row["wall_over_ideal"] == pytest.approx(row["speedup"] / row["ideal"])
+            assert f"\n{workload} forecast {preset} " in stdout
+    assert rows["turbo defaults"]["method"] == "dbcache" and rows["turbo uncached"]["method"] is None

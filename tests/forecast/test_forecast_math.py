@@ -115,5 +115,12 @@ def test_a_forecast_keeps_the_features_dtype_and_the_history_its_size():
     for step in range(12):
         history.add(step, torch.full((2, 3), float(step), dtype=torch.bfloat16))
     assert history.forecast(13).dtype == torch.bfloat16
-    assert len(history._recent) == 2, "the local extrapolation keeps the last two computed features"
-    assert tuple(history._xth.shape) == (5, 2, 3) and history._xth.dtype == torch.float32
+    assert len(history._recent) == 0, "the paper's predictor (w 1) has no local share: no recent feature kept"
+    assert tuple(history._xth.shape) == (5, 2, 3) and history._xth.dtype == torch.bfloat16
+    assert history.held_bytes() == (5 + 1) * 6 * 2, "five bf16 accumulations and the first feature"
+    blended = FeatureHistory(Forecaster("spectrum", 4, 0.1, 0.5), 50)
+    for step in range(12):
+        blended.add(step, torch.full((2, 3), float(step), dtype=torch.float16))
+    assert len(blended._recent) == 2, "the local extrapolation keeps the last two computed features"
+    assert blended._xth.dtype == torch.float32, "float16 accumulates in float32 (its range)"
+    assert blended.held_bytes() == 5 * 6 * 4 + 6 * 2 + 2 * 6 * 2

@@ -6,8 +6,9 @@ index arithmetic breaks) and the size every per-call piece of the pack works at 
 A width-6144 block costs some tens of seconds per call on a 2-core CPU, so the tier keeps to three
 two-step prompts (about 11 block evaluations): the graph without the node, the node with caching
 off (bit-identical to it), and a run whose threshold lies just above the measured change, so that
-cache-dit caches step 1 by comparing the real-size residuals; and one one-step prompt through the
-GPU check's own prompt and report code, so that its first run on a GPU cannot fail on shapes. The model,
+cache-dit caches step 1 by comparing the real-size residuals; and, through the GPU check's own prompt
+and report code, a one-step DBCache prompt and a four-step Cache-DiT Forecast prompt that forecasts
+one step from real-size features, so that the check's first run on a GPU cannot fail on shapes. The model,
 its prompt and its server (``devkit/realshape.py``) are what the memory benchmark
 (``benchmarks/realshape_memory.py``) runs too.
 """
@@ -86,3 +87,23 @@ def test_the_gpu_checks_prompt_and_report_run_at_real_size(realshape_server):
     [summary] = gpu_check_rows.summarize({("turbo", False, "defaults"): row})
     assert summary["cached"] == "0/1" and summary["effective_settings"]["residual_diff_threshold"] == 0.24
     assert result.stats["status"] == "ok" and result.stats["duration_s"] > 0
+
+
+def test_the_gpu_checks_forecast_row_runs_at_real_size(realshape_server):
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    from gpu_check import cases as gpu_check_cases
+    from gpu_check import rows as gpu_check_rows
+    from speedup import case_prompt, run_prompt
+
+    # turbo_5_of_8's schedule on 4 steps: 0 and 1 warmup, 2 forecast from their real-size features, 3 computed.
+    row = gpu_check_rows.new_row(gpu_check_cases.TURBO, "forecast turbo_5_of_8", False, steps=4)
+    prompt = case_prompt(row.case, REALSHAPE_MODEL, REALSHAPE.context_features, seed=0, size=REALSHAPE_SIZE,
+                         tokens=REALSHAPE_TOKENS)
+    result = run_prompt(realshape_server, prompt, timeout=1800)
+    assert result.stats["status"] == "ok" and result.stats["step_reasons"] == ["warmup", "warmup", "forecast", "final_steps"]
+    row.times, row.stats, row.records = [result.seconds], result.stats, [result.stats]
+    [summary] = gpu_check_rows.summarize({row.key: row})
+    assert summary["method"] == "forecast" and summary["node_inputs"] == {"preset": "turbo_5_of_8"}
+    assert summary["forecast_steps"] == [2] and summary["cached"] == "1/4"
+    assert summary["ideal"] == pytest.approx(8 / 6, abs=1e-4), "2 blocks in 3 computed calls, none in the forecast one"
+    assert torch.isfinite(result.latent).all()
