@@ -29,6 +29,7 @@ from ..adapters.families.registry import (ANY_SCOPE, NodeScope, ResolvedTransfor
                                           skip_lists_in)
 from ..adapters.methods import DBCACHE, Method
 from ..adapters.record.run_record import RunMeta, record_or_none, skipped_record
+from ..adapters.sampling.loop_drift import LoopDrift
 from ..adapters.sampling.step_clock import StepClock, churned_start_sigmas
 from . import conditioning_identity, multi_gpu, routes
 from .guidance import read_guidance
@@ -320,11 +321,12 @@ def diffusion_model_wrapper(executor, *args, **kwargs):
     # Every latent's shape (an audio-video model's video and audio), then the timestep's and context's.
     shapes = [tuple(a.shape) for a in (*latents, *args[1:3]) if torch.is_tensor(a)]
     text = conditioning_identity.call_identity(options, args)
-    # The model's own code once more on this call's inputs, without the wrappers after this one: the run's
-    # first decided call checks with it that the loop is what the method relies on (``loop_drift``).
-    loop_call = functools.partial(executor.original, *args, **kwargs)
-    with run.model_call(options["sigmas"], branches, shapes, device=x.device, text=text, loop_call=loop_call):
-        return executor(*args, **kwargs)
+    try:
+        with run.model_call(options["sigmas"], branches, shapes, device=x.device, text=text):
+            return executor(*args, **kwargs)
+    except LoopDrift:   # the run's first decided call found ComfyUI's model code changed: the run stepped aside
+        with run.uncached():
+            return executor(*args, **kwargs)
 
 
 def _latents(x) -> list[torch.Tensor] | None:

@@ -10,21 +10,21 @@ forward pattern. That is right only where the loop calls its blocks as the regis
 - and the block requiring no parameter the registry does not know.
 
 The signatures are checked when the run opens (``signature_mismatch``); what the loop really passes and
-what a block really returns, on the run's first call the cache decides (``probe``): the model's own code
-runs once more with stand-ins for the blocks that record what each gets, the first block of each list
-running for real to show its output. The stand-ins hand the hidden state on unchanged, so the probe costs
-one block per list and the parts of a call around the blocks.
+what a block really returns, on the run's first call the cache decides (``first_call``): the loop then sees
+its list as cache-dit's wrapper followed by a stand-in for each further block, which records what the loop
+hands it and hands the hidden state on unchanged (the wrapper ran every block already). So the call is the
+cache's own, at no cost; on a mismatch it stops with ``LoopDrift`` and is computed again without the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Callable
 
 import torch
 
 from ..families.registry import BlockList, ResolvedTransformer
-from ..sampling.loop_drift import describe, drift_warning, parameters_of, same_argument, takes_any
+from ..sampling.loop_drift import LoopDrift, describe, drift_warning, parameters_of, same_argument, takes_any
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -50,77 +50,77 @@ class BlockContract:
                                          f"'{entry.attr}' blocks)", _expected_signature(entry), found)
         return None
 
-    def probe(self, loop_call: Callable[[], object]) -> str | None:
-        """Runs the model's own code once (``loop_call``) with the blocks watched; the warning when the loop no
-        longer calls them as the registry says (None: it does)."""
+    @contextlib.contextmanager
+    def first_call(self):
+        """Around the run's first call the cache serves: raises ``LoopDrift`` when the loop does not call the blocks
+        as the registry says (the call's result is then not to be used)."""
         module, lists = self.target.module, self.target.block_lists
+        wrapped = [getattr(module, entry.attr) for entry in lists]   # cache-dit's wrappers, for this call
+        if any(len(wrappers) != 1 for wrappers in wrapped):
+            yield   # not cache-dit's single wrapper (the call runs around the cache): nothing to watch
+            return
         recorders = [ListRecorder(entry, blocks, self.target.family) for entry, blocks in zip(lists, self.blocks)]
-        held = [getattr(module, entry.attr) for entry in lists]
-        for entry, recorder in zip(lists, recorders):
-            setattr(module, entry.attr, recorder.stand_ins)
+        hooks = []
         try:
-            with torch.no_grad():
-                loop_call()
-        except _Seen:
-            pass
-        except Exception as error:   # the loop could not run with the blocks as cache-dit would run them
-            return self._warning("the model's loop", "it to run with each block list as one",
-                                 f"{type(error).__name__}: {error}")
+            for entry, wrappers, recorder in zip(lists, wrapped, recorders):
+                # First, before the pack's own hooks rewrite the call for cache-dit: the loop's call as it made it.
+                hooks.append(wrappers[0].register_forward_pre_hook(recorder.list_called, with_kwargs=True,
+                                                                   prepend=True))
+                hooks.append(recorder.blocks[0].register_forward_hook(recorder.first_block_returned, prepend=True))
+                setattr(module, entry.attr, torch.nn.ModuleList([*wrappers, *recorder.stand_ins]))
+            yield
+            for recorder in recorders:
+                recorder.check_all_called()
         finally:
-            for entry, blocks in zip(lists, held):
-                setattr(module, entry.attr, blocks)
-        for recorder in recorders:
-            if recorder.found is not None:
-                return self._warning(*recorder.found)
-        return None
-
-    def _warning(self, where: str, expected: str, found: str) -> str:
-        return drift_warning(self.target.family.name, where, expected, found)
-
-
-class _Seen(Exception):
-    """A stand-in saw enough: the probe's call stops there."""
+            for hook in hooks:
+                hook.remove()
+            for entry, wrappers in zip(lists, wrapped):
+                setattr(module, entry.attr, wrappers)
 
 
 class ListRecorder:
-    """Stand-ins for one block list: each records what the loop hands it; the first also runs the real block."""
+    """One block list's watch: what the loop hands cache-dit's wrapper (the first block's call), what the first
+    block returns, and, through a stand-in for each further block, what the loop hands that block."""
 
     def __init__(self, entry: BlockList, blocks: torch.nn.ModuleList, family):
-        self.entry, self.blocks = entry, blocks
+        self.entry, self.blocks, self.family = entry, blocks, family.name
         pattern = entry._pattern()
         self.inputs, self.outputs = pattern.In, pattern.Out
         sliced = family.modulation.kwarg if family.modulation is not None and entry.modulation_kinds else None
         self.sliced = {sliced} if sliced else set()
-        self.stand_ins = torch.nn.ModuleList([_StandIn(self, index) for index in range(len(blocks))])
+        self.stand_ins = [_StandIn(self, index) for index in range(1, len(blocks))]
         self.order: list[int] = []
-        self.found: tuple[str, str, str] | None = None   # (where, expected, found) of the first mismatch
         self._first_rest: tuple[tuple, dict] | None = None
 
-    def called(self, index: int, args: tuple, kwargs: dict):
+    @torch.compiler.disable
+    def list_called(self, module, args, kwargs):
+        self.order.append(0)
+        self._first_rest = self._rest(0, args, kwargs)[1]
+        return None
+
+    @torch.compiler.disable
+    def first_block_returned(self, module, args, output):
+        if not self._output_fits(output):
+            self._drift(f"what {type(module).__name__}.forward returns", self._expected_output(), _shape_of(output))
+        return None
+
+    def stand_in_called(self, index: int, args: tuple, kwargs: dict):
         self.order.append(index)
-        block = type(self.blocks[index]).__name__
-        where = f"{block} {index} of '{self.entry.attr}' as the loop calls it"
-        hidden, rest = self._split(args, kwargs)
-        if isinstance(hidden, str):
-            self._mismatch(where, self._expected_hidden(), hidden)
-        if index == 0:
-            self._first_rest = rest
-            output = self.blocks[0](*args, **kwargs)
-            if not self._output_fits(output):
-                self._mismatch(f"what {block}.forward returns", self._expected_output(), _shape_of(output))
-            return output
+        hidden, rest = self._rest(index, args, kwargs)
         differing = _differing(self._first_rest, rest, self.sliced)
         if differing:
-            self._mismatch(where, f"every '{self.entry.attr}' block handed the same other arguments",
-                           f"block {index} handed its own {differing}")
-        if index == len(self.blocks) - 1 and self.order != list(range(len(self.blocks))):
-            self._mismatch(f"the loop over '{self.entry.attr}'", "each block called once, in order",
-                           f"the calls {self.order}")
+            self._drift(self._where(index), f"every '{self.entry.attr}' block handed the same other arguments",
+                        f"block {index} handed its own {differing}")
         values = [hidden[name] for name in self.outputs]
         return values[0] if len(values) == 1 else tuple(values)
 
-    def _split(self, args: tuple, kwargs: dict):
-        """({input name: value}, (other positional, other keyword arguments)), or a description of the misfit."""
+    def check_all_called(self) -> None:
+        if self.order != list(range(len(self.blocks))):
+            self._drift(f"the loop over '{self.entry.attr}'", "each block called once, in order",
+                        f"the calls {self.order}")
+
+    def _rest(self, index: int, args: tuple, kwargs: dict):
+        """({input name: value}, (other positional, other keyword arguments)) of a block's call."""
         hidden, kwargs = {}, dict(kwargs)
         for position, name in enumerate(self.inputs):
             keyword = self.entry.hidden_kwargs[position] if self.entry.hidden_kwargs else name
@@ -130,10 +130,14 @@ class ListRecorder:
                 hidden[name] = kwargs.pop(keyword if keyword in kwargs else name)
             else:
                 named = ", ".join(repr(k) for k in kwargs) or "none"
-                return f"{len(args)} positional argument(s) and the keywords {named}", ((), {})
+                self._drift(self._where(index), self._expected_hidden(),
+                            f"{len(args)} positional argument(s) and the keywords {named}")
             if not self._hidden_fits(hidden[name]):
-                return f"{_shape_of(hidden[name])} as its {name}", ((), {})
+                self._drift(self._where(index), self._expected_hidden(), f"{_shape_of(hidden[name])} as its {name}")
         return hidden, (args[len(self.inputs):], kwargs)
+
+    def _where(self, index: int) -> str:
+        return f"{type(self.blocks[index]).__name__} {index} of '{self.entry.attr}' as the loop calls it"
 
     def _hidden_fits(self, value) -> bool:
         if self.entry.hidden_pair:
@@ -155,21 +159,22 @@ class ListRecorder:
             return "the (video, audio) pair"
         return "a tensor" if len(self.outputs) == 1 else f"a tuple ({', '.join(self.outputs)})"
 
-    def _mismatch(self, where: str, expected: str, found: str):
-        self.found = (where, expected, found)
-        raise _Seen()
+    def _drift(self, where: str, expected: str, found: str):
+        raise LoopDrift(drift_warning(self.family, where, expected, found))
 
 
 class _StandIn(torch.nn.Module):
-    """In the place of one block for the probe's call: tells its recorder what it got."""
+    """In the place of one further block for the first call: tells its recorder what it got, hands the hidden
+    state on."""
 
     def __init__(self, recorder: ListRecorder, index: int):
         super().__init__()
         self.index = index
         object.__setattr__(self, "_recorder", recorder)   # not a child module: the recorder holds the real blocks
 
+    @torch.compiler.disable
     def forward(self, *args, **kwargs):
-        return self._recorder.called(self.index, args, kwargs)
+        return self._recorder.stand_in_called(self.index, args, kwargs)
 
 
 def _differing(first: tuple[tuple, dict] | None, rest: tuple[tuple, dict], sliced: set[str]) -> str | None:

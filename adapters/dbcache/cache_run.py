@@ -71,8 +71,8 @@ class CacheRun(SamplingRun):
     def _loop_mismatch(self) -> str | None:
         return self.contract.signature_mismatch()
 
-    def _probe_loop(self, loop_call) -> str | None:
-        return self.contract.probe(loop_call)
+    def _first_call(self):
+        return self.contract.first_call()
 
     def _open(self) -> None:
         # Quiet for the whole run, not only around its own calls into cache-dit: on several devices each

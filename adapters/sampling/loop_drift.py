@@ -19,6 +19,11 @@ import torch
 TESTED_COMFYUI = "0.33.0"
 
 
+class LoopDrift(RuntimeError):
+    """Raised within a call when the model's loop is not what the method relies on: the call's result is not to be
+    used; the run steps aside, and the call is computed again as without the node. Its message is the warning."""
+
+
 def drift_warning(family: str, where: str, expected: str, found: str) -> str:
     """The warning of a run that steps aside: what changed, what the image is, what to do."""
     return (f"{family}: {where} is not what this pack knows (expected {expected}; found {found}). ComfyUI's model "

@@ -232,9 +232,9 @@ class DeviceRun:
         self.run.warn_once(warning)
 
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes, device=None, text=None, loop_call=None):
+    def model_call(self, sigma, branches, shapes, device=None, text=None):
         try:
-            with self.run.model_call(sigma, branches, shapes, device=device, text=text, loop_call=loop_call) as routed:
+            with self.run.model_call(sigma, branches, shapes, device=device, text=text) as routed:
                 yield routed
         except BaseException:
             if self.clock.current_step is not None:

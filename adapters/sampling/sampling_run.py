@@ -11,8 +11,8 @@ its timing and its entry in the run's calls. A method (``CacheRun``: DBCache; ``
 whole-call forecasting) adds only what differs:
 
 - ``_open`` / ``_close``: put its hooks on the module, and take them off;
-- ``_loop_mismatch()`` / ``_probe_loop(loop_call)``: whether the model's code still is what the method relies
-  on, when the run opens and on its first decided call (``loop_drift``); on a mismatch the run steps aside;
+- ``_loop_mismatch()`` / ``_first_call()``: whether the model's code still is what the method relies on, when
+  the run opens and around its first decided call (``loop_drift``); on a mismatch the run steps aside;
 - ``_start_context(step, layout)``: a fresh context for a new call layout;
 - ``_call(step, key, routed)``: its part around one model call, filling in a ``CallWork``;
 - ``_streams()``: each stream's account for the record;
@@ -33,6 +33,7 @@ from ..families.registry import ResolvedTransformer
 from ..record.stream_report import StreamAccount
 from .call_router import CallLayout, CallRouter, StreamKey
 from .foreign_serves import ForeignServeWatch
+from .loop_drift import LoopDrift
 from .observation import Call, CallTimer, RunObservation, RunOutcome, exit_status
 from .step_clock import StepClock
 from .text_path import TextPathReuse
@@ -108,10 +109,10 @@ class SamplingRun:
         """The warning when the model's signatures are not what the method relies on (None: they are)."""
         return None
 
-    def _probe_loop(self, loop_call: Callable[[], object]) -> str | None:
-        """On the run's first decided call, before it: the warning when the model's loop, run once more by
-        ``loop_call``, is not what the method relies on (None: it is, or the method checks in its call)."""
-        return None
+    def _first_call(self) -> contextlib.AbstractContextManager:
+        """Around the run's first decided call: raises ``LoopDrift`` when the model's loop is not what the method
+        relies on (a method that checks in its own ``_call`` watches nothing here)."""
+        return contextlib.nullcontext()
 
     def _observed(self) -> dict:
         """What the method adds to its observation (``RunObservation`` fields)."""
@@ -181,14 +182,14 @@ class SamplingRun:
 
     # --- per call -----------------------------------------------------------------
     @contextlib.contextmanager
-    def model_call(self, sigma, branches, shapes, device=None, text=None, loop_call=None):
+    def model_call(self, sigma, branches, shapes, device=None, text=None):
         """Wrap one transformer call: the method decides it (or it is computed in full), and it is counted.
 
         ``sigma`` may stay on the device: it is read only when the clock needs it, and for the
         record at the end of the run. ``text``: (identity, tensor) of the call's conditioning when
         the host vouches it is the same whenever the identity is (see ``text_path``), else None.
-        ``loop_call`` runs the model's own code once more on the call's inputs (the first decided call's check
-        of the loop, ``_probe_loop``). Yields whether the method decides the call.
+        Yields whether the method decides the call. Raises ``LoopDrift`` when the run's first decided call found
+        the model's loop changed: the run stepped aside, and the caller computes the call again (``uncached``).
         """
         if not self.opened:   # stepped aside when the run opened: the method never touched the model
             yield False
@@ -198,16 +199,17 @@ class SamplingRun:
             sigma = sigma.detach()
         step = self.clock.step_of(sigma, key)
         routed = self._route(step, key)
-        if routed and not self._probed:
-            self._probed = True
-            warning = self._probe_loop(loop_call) if loop_call is not None else None
-            if warning is not None:
-                self.step_aside(warning)
-                routed = False
+        first = routed and not self._probed
+        self._probed = self._probed or routed
         timer = CallTimer(device)
         text_call = self.text_path.call(*text) if self.text_path is not None and text else contextlib.nullcontext()
-        with text_call, self._call(step, key, routed) as work:
-            yield routed
+        try:
+            with text_call, self._call(step, key, routed) as work, \
+                    self._first_call() if first else contextlib.nullcontext():
+                yield routed
+        except LoopDrift as drift:
+            self.step_aside(str(drift))
+            raise
         timer.stop()
         if self.foreign_serves.observe(step, routed, work.evidence_ran) and self.foreign_serves.calls == 1:
             self.warnings.append(self.foreign_serves.warning())
