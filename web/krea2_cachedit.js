@@ -2,12 +2,17 @@
 // CacheDiTDBCache, and CacheDiTSpectrum, whose steps show as "forecast" where the others' show "cached").
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
-// node.addDOMWidget, api events and fetchApi), and every style is
+// node.addDOMWidget, api events and fetchApi, the settings), and every style is
 // inline on our own element, so a frontend update or another pack's CSS cannot
 // break it and it restyles nothing else. A DOM widget (rather than canvas
 // drawing; the chart is inline SVG inside it) renders in both the classic canvas
 // and the DOM-based "Nodes 2.0" renderer, and its text is real DOM that tests and
 // screen readers can read.
+//
+// The panel's words are the pack's locales/<lang>/main.json under "krea2_cachedit.panel" (en the source, zh its
+// translation). ComfyUI serves them with every custom node's translations at GET /i18n, and the frontend merges
+// them into its own messages, but it gives extensions no translate function: the panel reads them from GET /i18n
+// once and picks the editor's language (the Comfy.Locale setting) at each render, else English, else the key.
 import { app } from "../../scripts/app.js";
 import { api } from "../../scripts/api.js";
 
@@ -54,31 +59,48 @@ const LINE = 16; // px, the panel's line height
 const PANEL_PADDING = 8;
 const EMPTY_HEIGHT = 96;
 const CHART = { height: 64, gutter: 30, threshold: "#f0f0f0" };
-// Why a step was computed or cached, as the record names it.
-const REASONS = {
-  warmup: "warmup step",
-  mask: "step mask",
-  threshold: "residual diff vs threshold",
-  threshold_off: "threshold 0: no threshold caching",
-  max_continuous: "max continuous cached steps reached",
-  max_cached: "max cached steps reached",
-  fresh_context: "fresh cache (call layout changed)",
-  no_reference: "no computed step to compare with",
-  // Whole-call forecasting:
-  schedule: "the schedule computes this step",
-  final_steps: "a final step, always computed",
-  history: "too few computed steps in this stream's history yet",
-  forecast: "forecast from the computed steps",
-};
+
+// The panel's strings of each locale GET /i18n serves ({} until it answered, or when it failed).
+const messages = {};
+const NAMESPACE = ["krea2_cachedit", "panel"];
+const at = (tree, path) => path.reduce((node, key) => node?.[key], tree);
+
+function loadMessages() {
+  return api.fetchApi("/i18n")
+    .then((response) => (response.ok ? response.json() : {}))
+    .then((locales) => {
+      for (const [locale, tree] of Object.entries(locales ?? {})) {
+        const panel = at(tree, NAMESPACE);
+        if (panel) messages[locale] = panel;
+      }
+    })
+    .catch((error) => console.warn("[Krea-2 Cache-DiT] could not load the panel's strings:", error));
+}
+
+const editorLocale = () => app.extensionManager?.setting?.get("Comfy.Locale") ?? "en";
+
+// The string of a key ("reasons.warmup") in the editor's language, else in English; undefined if neither has it.
+function message(key) {
+  for (const locale of [editorLocale(), "en"]) {
+    const text = at(messages[locale], key.split("."));
+    if (typeof text === "string") return text;
+  }
+  return undefined;
+}
+
+// The string of a key with its {name}s filled in from params; the key itself when no locale has it.
+const t = (key, params = {}) => (message(key) ?? key)
+  .replace(/\{(\w+)\}/g, (whole, name) => (name in params ? String(params[name]) : whole));
 
 // Whole-call forecasting runs: their steps are "forecast" ones (record.forecast_steps), and no residual is measured.
 const isForecast = (record) => record.method?.name === "forecast";
 
-// "spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8".
+// "Forecast: spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8" (m, lambda, w: the inputs' symbols).
 function forecastText(method) {
   const parts = method.forecast === "spectrum"
     ? [`m ${method.chebyshev_degree}`, `lambda ${method.ridge_lambda}`, `w ${method.blend_w}`] : [];
-  return `${method.forecast}${parts.length ? ` (${parts.join(", ")})` : ""} · preset ${method.preset}`;
+  return t("forecast", { forecaster: `${method.forecast}${parts.length ? ` (${parts.join(", ")})` : ""}`,
+    preset: method.preset });
 }
 
 function svg(tag, attrs) {
@@ -127,12 +149,16 @@ function logScale(values) {
   return { y, decades };
 }
 
+// A step's state ("cached") in the editor's language; the record's word where no locale has it.
+const stateName = (state) => message(`states.${state}`) ?? state;
+
 function stepTooltip(record, step) {
   const diff = record.residual_diffs[step];
   const state = record.step_states[step] ?? "computed";
   const reason = record.step_reasons?.[step];
-  return [`step ${step}`, `diff ${diff == null ? "not measured" : num(diff)}`, state,
-    reason ? `reason: ${reason}${REASONS[reason] ? ` (${REASONS[reason]})` : ""}` : null]
+  const why = reason && message(`reasons.${reason}`);
+  return [t("step", { step }), diff == null ? t("diff_not_measured") : t("diff", { diff: num(diff) }), stateName(state),
+    reason ? t("reason", { reason: `${reason}${why ? ` (${why})` : ""}` }) : null]
     .filter(Boolean).join(" · ");
 }
 
@@ -146,7 +172,7 @@ function diffChart(record) {
     paddingLeft: `${CHART.gutter}px`, boxSizing: "border-box" });
   box.dataset.role = "chart";
   if (!scale) {
-    box.append(el("div", { opacity: "0.6", fontSize: "10px" }, "no residual diffs measured"));
+    box.append(el("div", { opacity: "0.6", fontSize: "10px" }, t("chart_empty")));
     return box;
   }
   const width = diffs.length * 10;
@@ -190,7 +216,7 @@ function diffChart(record) {
       "vector-effect": "non-scaling-stroke" });
     line.dataset.role = "threshold";
     line.append(svg("title", {}));
-    line.firstChild.textContent = `threshold ${num(threshold)}`;
+    line.firstChild.textContent = t("threshold_line", { threshold: num(threshold) });
     plot.append(line);
     label(num(threshold), y, { opacity: "1", color: CHART.threshold, fontWeight: "bold" });
   }
@@ -214,7 +240,7 @@ function suggestionText(record) {
   }
   const picked = [...byCount.values()].sort((a, b) => a.distance - b.distance).slice(0, 3)
     .sort((a, b) => a.threshold - b.threshold);
-  return picked.map((s) => `${num(s.threshold)} → ${s.count} cached`);
+  return picked.map((s) => t("suggestion", { threshold: num(s.threshold), count: s.count }));
 }
 
 // Wall-clock of this run against the pack's estimate of it uncached (from its own call timings).
@@ -222,73 +248,77 @@ function timeText(record) {
   if (!(record.duration_s > 0) || !(record.estimated_uncached_s > 0)) return null;
   const saved = record.estimated_uncached_s - record.duration_s;
   const speedup = record.estimated_speedup ?? record.estimated_uncached_s / record.duration_s;
-  return `Time: ~${speedup.toFixed(1)}x, ${seconds(Math.abs(saved))} ${saved >= 0 ? "saved" : "lost"} (estimated)`;
+  return t(saved >= 0 ? "time_saved" : "time_lost", { speedup: speedup.toFixed(1), seconds: seconds(Math.abs(saved)) });
 }
 
 // "none", "foca", "taylorseer (order 2)", "dmd (history 6, its fit on 1/2 cached steps)".
 function calibratorText(record) {
   const { calibrator } = record;
   const parts = [];
-  if (calibrator.taylorseer_order != null) parts.push(`order ${calibrator.taylorseer_order}`);
-  if (calibrator.dmd_history != null) parts.push(`history ${calibrator.dmd_history}`);
+  if (calibrator.taylorseer_order != null) parts.push(t("calibrator_order", { order: calibrator.taylorseer_order }));
+  if (calibrator.dmd_history != null) parts.push(t("calibrator_history", { history: calibrator.dmd_history }));
   if (Array.isArray(calibrator.forecast_steps)) {
     const served = record.cached_steps.length + (record.partial_steps?.length ?? 0);
-    parts.push(`its fit on ${calibrator.forecast_steps.length}/${served} cached steps`);
+    parts.push(t("calibrator_fit", { fit: calibrator.forecast_steps.length, served }));
   }
   return parts.length ? `${calibrator.name} (${parts.join(", ")})` : calibrator.name;
 }
 
+// The record each panel shows (null: none yet), to draw it again in another language.
+const shownRecords = new WeakMap();
+
 function render(panel, record) {
+  shownRecords.set(panel, record);
   panel.replaceChildren();
   panel.dataset.promptId = record?.prompt_id ?? "";
   panel.dataset.nodeId = record?.node_id ?? "";
   if (!record) {
-    panel.append(el("div", { opacity: "0.6" }, "Cache stats appear here after a run."));
+    panel.append(el("div", { opacity: "0.6" }, t("empty")));
     return EMPTY_HEIGHT;
   }
   const out = rows(panel);
   const steps = record.steps;
-  const partial = record.partial_steps?.length ? ` (+${record.partial_steps.length} partial)` : "";
-  const [word, skipped] = isForecast(record) ? ["Forecast steps", record.forecast_steps]
-    : ["Cached steps", record.cached_steps];
-  out.add(el("div", {}, `${word}: ${(skipped ?? []).length}/${steps}${partial}`), LINE);
+  const partial = record.partial_steps?.length ? t("partial", { count: record.partial_steps.length }) : "";
+  const skipped = (isForecast(record) ? record.forecast_steps : record.cached_steps) ?? [];
+  out.add(el("div", {}, t(isForecast(record) ? "forecast_steps" : "cached_steps",
+    { count: skipped.length, steps, partial })), LINE);
   if (record.status && record.status !== "ok") {
     // interrupted, error, or skipped (left uncached on purpose; the warning below says why)
-    const status = el("div", { color: "#e0a040" }, `Run ${record.status}`);
+    const status = el("div", { color: "#e0a040" }, t("run_status", { status: message(`status.${record.status}`) ?? record.status }));
     status.dataset.role = "status";
     out.add(status, LINE);
   }
-  out.add(el("div", {}, `Block evals saved: ${pct(record.blocks_saved)} ` +
-    `(${record.block_evals}/${record.block_evals_uncached} run)`), LINE);
+  out.add(el("div", {}, t("block_evals", { share: pct(record.blocks_saved), run: record.block_evals,
+    uncached: record.block_evals_uncached })), LINE);
   const time = timeText(record);
   if (time) {
     const line = el("div", {}, time);
     line.dataset.role = "time";
-    line.title = "this run's wall-clock against an estimate of the same run uncached";
+    line.title = t("time_title");
     out.add(line, LINE);
   }
-  out.add(el("div", {}, `CFG: ${record.cfg_mode ?? "n/a (no model call)"} · separate CFG: ${record.has_separate_cfg ? "on" : "off"}`), LINE);
+  out.add(el("div", {}, t("cfg", { mode: record.cfg_mode ?? t("cfg_no_call"),
+    separate: t(record.has_separate_cfg ? "on" : "off") })), LINE);
   if (isForecast(record)) {
-    const line = el("div", {}, `Forecast: ${forecastText(record.method)}`);
+    const line = el("div", {}, forecastText(record.method));
     line.dataset.role = "forecast";
-    line.title = `computed steps: ${record.method.computed_steps.join(", ")}`;
+    line.title = t("forecast_title", { steps: record.method.computed_steps.join(", ") });
     out.add(line, LINE);
   }
   if (record.calibrator) {
-    const line = el("div", {}, `Calibrator: ${calibratorText(record)}`);
+    const line = el("div", {}, t("calibrator", { calibrator: calibratorText(record) }));
     line.dataset.role = "calibrator";
-    line.title = "what a cached step served: the last computed residual (none) or a calibrator's forecast" +
-      (record.calibrator.forecast_steps ? "; DMD's other cached steps got its first-order Taylor fallback" : "");
+    line.title = t("calibrator_title") + (record.calibrator.forecast_steps ? t("calibrator_title_dmd") : "");
     out.add(line, LINE);
   }
   const devices = record.devices ?? [];
   if (devices.length > 1) {
     // Multi-GPU sampling: a cache per device, each step cached on all of them or on none.
-    const line = el("div", {}, `Devices: ${devices.length} (${devices.map((d) => d.device).join(", ")})`);
+    const line = el("div", {}, t("devices", { count: devices.length, devices: devices.map((d) => d.device).join(", ") }));
     line.dataset.role = "devices";
-    line.title = devices.map((d) => `${d.device}: ${d.calls} calls, CFG ${d.cfg_mode}, separate CFG ` +
-      `${d.has_separate_cfg ? "on" : "off"}, ` +
-      (isForecast(record) ? `forecast ${d.forecast_steps.length}` : `cached ${d.cached_steps.length}`)).join("\n");
+    line.title = devices.map((d) => t(isForecast(record) ? "device_forecast" : "device_cached", {
+      device: d.device, calls: d.calls, mode: d.cfg_mode, separate: t(d.has_separate_cfg ? "on" : "off"),
+      count: (isForecast(record) ? d.forecast_steps : d.cached_steps).length })).join("\n");
     out.add(line, LINE);
   }
 
@@ -299,28 +329,28 @@ function render(panel, record) {
       background: STATE_COLORS[state] ?? STATE_COLORS.computed });
     cell.dataset.state = state;
     const reason = record.step_reasons?.[i];
-    cell.title = `step ${i}: ${state}${reason ? ` (${reason})` : ""}`;
+    cell.title = t("step_cell", { step: i, state: stateName(state) }) + (reason ? ` (${reason})` : "");
     strip.append(cell);
   });
   out.add(strip, 18);
 
   const legend = el("div", { fontSize: "10px", opacity: "0.8" });
   for (const state of [isForecast(record) ? "forecast" : "cached", "partial", "computed"]) {
-    legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${state} `));
+    legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${stateName(state)} `));
   }
   const chart = Array.isArray(record.residual_diffs) && record.residual_diffs.length > 0 && !isForecast(record);
-  if (chart) legend.append(el("span", { color: CHART.threshold }, "━"), el("span", {}, " threshold"));
+  if (chart) legend.append(el("span", { color: CHART.threshold }, "━"), el("span", {}, ` ${t("legend_threshold")}`));
   out.add(legend, LINE);
 
   if (chart) {
     const caption = el("div", { fontSize: "10px", lineHeight: "12px", opacity: "0.8", marginTop: "2px" },
-      "Residual diff per step vs threshold (log scale)");
+      t("chart_caption"));
     out.add(caption, 14);
     out.add(diffChart(record), CHART.height + 2);
     const suggestions = suggestionText(record);
     if (suggestions.length) {
       out.add(el("div", { fontSize: "10px", lineHeight: "12px", opacity: "0.8", marginTop: "2px" },
-        "Try threshold → steps this run would have cached:"), 14);
+        t("suggestions_caption")), 14);
       const line = el("div", { display: "grid", gridTemplateColumns: "repeat(3, 1fr)", gap: "4px",
         fontSize: "11px", whiteSpace: "nowrap" });
       line.dataset.role = "suggestions";
@@ -330,7 +360,7 @@ function render(panel, record) {
   }
 
   if (record.warnings?.length) {
-    const more = record.warnings.length > 1 ? ` (+${record.warnings.length - 1} more)` : "";
+    const more = record.warnings.length > 1 ? t("warnings_more", { count: record.warnings.length - 1 }) : "";
     const warn = el("div", { color: "#e0a040", whiteSpace: "nowrap", overflow: "hidden",
       textOverflow: "ellipsis" }, `⚠ ${record.warnings[0]}${more}`);
     warn.title = record.warnings.join("\n");
@@ -340,6 +370,14 @@ function render(panel, record) {
 }
 
 const panelHeights = new WeakMap();
+
+// Every panel again, with the record it shows: once the strings are in, and when the editor's language changes.
+function renderAll() {
+  for (const node of cacheNodes().values()) {
+    const panel = node.widgets?.find((w) => w.name === WIDGET)?.element;
+    if (panel) show(node, shownRecords.get(panel) ?? null);
+  }
+}
 
 function show(node, record) {
   const widget = node.widgets?.find((w) => w.name === WIDGET);
@@ -424,8 +462,12 @@ app.registerExtension({
     });
     api.addEventListener(EVENT, ({ detail }) => onRecord(detail));
     api.addEventListener("status", applyPageLoadRecords);
-    api.fetchApi("/krea2_cachedit/stats")
-      .then((response) => (response.ok ? response.json() : { runs: [] }))
+    // The change event comes just before the setting takes its new value.
+    app.ui?.settings?.addEventListener?.("Comfy.Locale.change", () => queueMicrotask(renderAll));
+    const strings = loadMessages().then(renderAll);
+    // The restored workflow's stats are drawn once the strings are in (or failed to come).
+    Promise.all([api.fetchApi("/krea2_cachedit/stats"), strings])
+      .then(([response]) => (response.ok ? response.json() : { runs: [] }))
       .then(({ runs }) => {
         pageLoad.runs = runs ?? [];
         applyPageLoadRecords();

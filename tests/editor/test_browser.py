@@ -6,7 +6,8 @@ A real sampling run through the real ComfyUI server: the test opens two editor t
 shows what ``GET /krea2_cachedit/stats`` reports for that prompt (text, step strip,
 residual-diff chart, threshold suggestions, time estimate) while B's same-id node
 shows nothing, then that it comes back on A's reload (not on B's), also in the
-Nodes 2.0 renderer, and clears when another workflow is loaded.
+Nodes 2.0 renderer, and clears when another workflow is loaded. With the editor's language (``Comfy.Locale``) set
+to zh, the panel speaks Chinese: its strings from locales/zh/main.json.
 
 Needs Chromium and ``npm ci`` in tests/browser (``tests/browser/setup.sh``).
 ``KREA2_FRONTEND_ROOT`` runs it against another frontend build (an unpacked
@@ -21,6 +22,7 @@ import os
 import random
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +31,8 @@ from comfy_harness import STATS_ROUTE, ComfyServer
 from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
 pytestmark = pytest.mark.tier("browser")
+
+LOCALES = Path(__file__).resolve().parents[2] / "locales"
 
 # The random tiny model's residual changes are large (~0.7-1 per step after warmup): at this
 # threshold some steps cache and others don't, so the chart has both kinds of marks.
@@ -287,3 +291,55 @@ def test_the_node_shows_its_devices_after_a_two_device_run(browser_tools, editor
     assert "Devices: 2 (cpu, cpu:1)" in live["text"], live["text"]
     assert "CFG: split · separate CFG: off" in live["text"], live["text"]
     assert result["after_reload"]["text"] == live["text"]
+
+
+def panel_strings(lang: str) -> dict:
+    return json.loads((LOCALES / lang / "main.json").read_text(encoding="utf-8"))["krea2_cachedit"]["panel"]
+
+
+def template_pattern(template: str) -> str:
+    """A regex of a panel string, each ``{placeholder}`` a named group matching a number (a share ends in %)."""
+    return re.sub(r"\\\{(\w+)\\\}", lambda m: rf"(?P<{m[1]}>[\d.]+%?)", re.escape(template))
+
+
+def test_the_panel_speaks_the_editors_language(browser_tools, editor_server, tmp_path):
+    """With the editor in zh, the panel reads in Chinese from locales/zh/main.json: empty before the run, then the
+    run's own numbers live, after a reload and in Nodes 2.0."""
+    zh = panel_strings("zh")
+    workflow = ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), cache=RUN_CACHE)
+    editor_server.post("/settings/Comfy.Locale", "zh")
+    try:
+        result = drive_editor(browser_tools, editor_server, workflow, tmp_path, "zh")
+    finally:
+        # The other browser tests read the editor in English.
+        editor_server.post("/settings/Comfy.Locale", "en")
+    print(f"screenshot: {ARTIFACTS / 'zh' / 'browser_stats_node.png'}")
+    [record] = editor_server.stats_for(result["queued_prompt_ids"]["A"][0], str(CACHE_NODE_ID))
+    partial = zh["partial"].format(count=len(record.get("partial_steps"))) if record.get("partial_steps") else ""
+    assert result["before_run"]["text"] == zh["empty"], result["before_run"]
+    live = result["live"]
+    assert live["visible"] and live["fits"], "the zh panel is cut off"
+    assert live["cells"] == record["step_states"]
+    text = live["text"]
+    expected = [zh["cached_steps"].format(count=len(record["cached_steps"]), steps=STEPS, partial=partial),
+                zh["cfg"].format(mode=record["cfg_mode"], separate=zh["on" if record["has_separate_cfg"] else "off"]),
+                zh["calibrator"].format(calibrator="none"), f" {zh['states']['cached']} ", zh["chart_caption"],
+                zh["suggestions_caption"]]
+    missing = [line for line in expected if line not in text]
+    assert not missing, f"zh strings not on the panel: {missing}\n{text}"
+    # "节省的块计算：37.5%（运行 ...）": the share as the panel rounds it, the counts exactly.
+    saved = re.search(template_pattern(zh["block_evals"]), text)
+    assert saved, text
+    assert abs(float(saved["share"].rstrip("%")) - 100 * record["blocks_saved"]) <= 0.051, text
+    assert (int(saved["run"]), int(saved["uncached"])) == (record["block_evals"], record["block_evals_uncached"])
+    suggestions = [re.fullmatch(template_pattern(zh["suggestion"]), shown) for shown in live["suggestions"]]
+    assert suggestions and all(suggestions), live["suggestions"]
+    english = [line for line in ("Cached steps", "Block evals saved", "separate CFG", "Residual diff per step")
+               if line in text]
+    assert not english, f"English left on the zh panel: {english}\n{text}"
+    assert live["time"] and live["time"].startswith(zh["time_saved"].split("{")[0]), live["time"]
+    tooltip = live["marks"][0]["tooltip"]
+    assert tooltip.startswith(zh["step"].format(step=0)), tooltip
+    assert result["after_reload"]["text"] == text
+    assert result["nodes2"]["text"] == text and result["nodes2"]["fits"], result["nodes2"]
+    assert (ARTIFACTS / "zh" / "browser_stats_node.png").stat().st_size > 5_000

@@ -33,7 +33,8 @@ ALLOWED_TOP_LEVEL = {"__init__.py", "adapters", "nodes", "web", "example_workflo
 REQUIRED = {"__init__.py", "pyproject.toml", "requirements.txt", "README.md", "LICENSE", "nodes/__init__.py",
             "adapters/__init__.py", "example_workflows/krea2_turbo_cachedit.json",
             "example_workflows/krea2_raw_cachedit.json", "example_workflows/krea2_diffusers_cachedit.json",
-            "web/docs/Krea2CacheDiT.md", "web/docs/Krea2CacheDiT/zh.md", "locales/zh/nodeDefs.json", "CHANGELOG.md"}
+            "web/docs/Krea2CacheDiT.md", "web/docs/Krea2CacheDiT/zh.md", "locales/zh/nodeDefs.json",
+            "locales/zh/main.json", "locales/en/main.json", "CHANGELOG.md"}
 FORBIDDEN_PARTS = {"tests", "devkit", "__pycache__", "node_modules", ".pytest_cache", ".git", ".ci", "tools"}
 FORBIDDEN_SUFFIXES = {".safetensors", ".ckpt", ".pt", ".bin", ".gguf", ".pyc", ".zip"}
 
