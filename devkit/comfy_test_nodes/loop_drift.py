@@ -26,12 +26,14 @@ FLUX_SINGLE_CALL = "img = block(img, vec=vec, pe=pe, "
 MINIMAX_BLOCK_CALL = "h = block(h, t_emb, mod_segments, rope_freqs, "
 
 # family -> (the class whose method runs the loop, that method, the block class (the list it changes),
-#            the final layer class)
+#            the final layer class); Flux's double-stream blocks are its own family key, "flux_double".
 FAMILIES = {
     "krea2": ("comfy.ldm.krea2.model.SingleStreamDiT", "_forward", "comfy.ldm.krea2.model.SingleStreamBlock",
               "comfy.ldm.krea2.model.LastLayer"),
     "flux": ("comfy.ldm.flux.model.Flux", "forward_orig", "comfy.ldm.flux.layers.SingleStreamBlock",
              "comfy.ldm.flux.layers.LastLayer"),
+    "flux_double": ("comfy.ldm.flux.model.Flux", "forward_orig", "comfy.ldm.flux.layers.DoubleStreamBlock",
+                    "comfy.ldm.flux.layers.LastLayer"),
     "minimax_h3": ("comfy.ldm.minimax.model.MiniMaxH3Model", "_forward", "comfy.ldm.minimax.model.DiTBlock",
                    "comfy.ldm.minimax.model.FinalLayer"),
 }
@@ -71,6 +73,8 @@ CHANGES = {
     ("flux", "block_hidden_by_keyword"): (((FLUX_SINGLE_CALL, "img = block(x=img, vec=vec, pe=pe, "),), None, None),
     ("flux", "own_value_per_block"): (
         ((FLUX_SINGLE_CALL, FLUX_SINGLE_CALL + "drift_gain=1.0 + 0.05 * i, "),), "gain_keyword", None),
+    ("flux_double", "own_value_per_block"): (
+        (("img, txt = block(img=img,", "img, txt = block(drift_gain=1.0 + 0.05 * i, img=img,"),), "gain_keyword", None),
     ("flux", "block_returns_extra"): (((FLUX_SINGLE_CALL, "img, _drift_extra = block(img, vec=vec, pe=pe, "),),
                                       "returns_extra", None),
     ("flux", "final_layer_reordered"): (
@@ -145,10 +149,12 @@ def required_keyword(original):
 
 
 def gain_keyword(original):
-    """Each block scales its output by the ``drift_gain`` it is handed."""
+    """Each block scales its output (a pair's first: the image tokens) by the ``drift_gain`` it is handed."""
     def forward(self, *args, drift_gain=None, **kwargs):
         out = original(self, *args, **kwargs)
-        return out if drift_gain is None else out * drift_gain
+        if drift_gain is None:
+            return out
+        return (out[0] * drift_gain, *out[1:]) if isinstance(out, tuple) else out * drift_gain
 
     return _with_signature(forward, original, _keyword_added(original, "drift_gain", required=False))
 

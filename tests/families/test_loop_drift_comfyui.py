@@ -58,6 +58,7 @@ class Family:
 
 KREA2 = Family("krea2", "comfy_server", "Krea-2 (ComfyUI native)", "SingleStreamBlock", "LastLayer", "krea2")
 FLUX = Family("flux", "family_server", "Flux.1 / Flux.2 (ComfyUI native)", "SingleStreamBlock", "LastLayer", "flux1")
+FLUX_DOUBLE = dataclasses.replace(FLUX, key="flux_double", block="DoubleStreamBlock")
 MINIMAX = Family("minimax_h3", "minimax_server", "MiniMax H3 (ComfyUI native)", "DiTBlock", "FinalLayer",
                  "minimax_h3", build=with_separate_av, outputs=("7", "15"))
 
@@ -80,6 +81,8 @@ CASES = [
                                         ("block_returns_extra", ASIDE, CACHED),
                                         ("final_layer_reordered", CACHED, CACHED),
                                         ("final_layer_gets_a_copy", CACHED, ASIDE))],
+    # Flux's double-stream list (the hidden states by keyword, a pair returned), as Chroma's loop slices it.
+    (FLUX_DOUBLE, "own_value_per_block", ("none",), ASIDE, CHANGED_MATH),
 ]
 PARAMS = [pytest.param(family, change, layout, node, outcome, id=f"{family.key}-{change}-{layout}-{node}")
           for family, change, layouts, dbcache, forecast in CASES for layout in layouts
