@@ -86,8 +86,9 @@ class TwoLists(torch.nn.Module):
 def family(in_place: bool = True) -> TransformerFamily:
     return TransformerFamily(
         name="two lists", model="two lists", class_path=f"{__name__}.TwoLists", check_forward_pattern=False,
-        block_lists=(BlockList("double_blocks", "Pattern_0", "double", ("img", "txt"), adds_in_place=in_place),
-                     BlockList("single_blocks", "Pattern_3", "single", adds_in_place=in_place)),
+        block_lists=(BlockList("double_blocks", "Pattern_0", "double", ("img", "txt"), adds_in_place=in_place,
+                               arguments=("vec",)),
+                     BlockList("single_blocks", "Pattern_3", "single", adds_in_place=in_place, arguments=("vec",))),
         block_options_kwarg="transformer_options")
 
 
@@ -210,8 +211,9 @@ def modulated_family() -> TransformerFamily:
         name="modulated lists", model="modulated lists", class_path=f"{__name__}.ModulatedTwoLists",
         check_forward_pattern=False,
         block_lists=(BlockList("double_blocks", "Pattern_0", "double", ("img", "txt"), adds_in_place=True,
-                               modulation_kinds=("double_img", "double_txt")),
-                     BlockList("single_blocks", "Pattern_3", "single", adds_in_place=True, modulation_kinds=("single",))),
+                               modulation_kinds=("double_img", "double_txt"), arguments=("vec",)),
+                     BlockList("single_blocks", "Pattern_3", "single", adds_in_place=True, modulation_kinds=("single",),
+                               arguments=("vec",))),
         block_options_kwarg="transformer_options",
         modulation=BlockModulation(table="approximator", slicer="get_modulations", kwarg="vec"))
 
