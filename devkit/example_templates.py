@@ -78,6 +78,8 @@ class FamilyTemplate:
     cache: dict = dataclasses.field(default_factory=dict)   # cache node widgets that differ from the defaults
     recipe: str = ""                 # where the sampling recipe comes from (the note says it)
     evidence: str = ""               # whose evidence the cache settings rest on (the note says it)
+    recipe_zh: str = ""              # the two, in the note's Chinese section
+    evidence_zh: str = ""
     stand_in_steps: int | None = None   # steps the test's stand-in samples when not the template's (slow calls)
     # The latent's size (and batch 1, where the node takes a batch size)
     latent_size: dict = dataclasses.field(default_factory=lambda: {"width": 1024, "height": 1024})
@@ -118,6 +120,7 @@ class FamilyTemplate:
 NEGATIVE = "blurry, low quality, distorted, watermark, text"
 NO_FIGURES = ("No published cache-dit settings or figures for {model} are known to this pack: the settings are "
               "the node's defaults (Krea-2's), so judge them here, on your own prompts.")
+NO_FIGURES_ZH = "本扩展不知道有任何公开的 {model} cache-dit 设置或数据：这里用的是节点默认值（Krea-2 的），请在这里用你自己的提示词判断。"
 
 FAMILY_TEMPLATES = {
     "flux1_dev_compare.json": FamilyTemplate(
@@ -134,7 +137,12 @@ FAMILY_TEMPLATES = {
                 "CLIPTextEncodeFlux; here FluxGuidance), euler, simple."),
         evidence=("cache-dit's own figures for FLUX.1-dev (diffusers, 50 steps, DrawBench, NVIDIA L20): its "
                   "F1B0 W4 MC6 R0.24 (the defaults here but 6 cached steps in a row instead of 3) at 3.94x "
-                  "fewer TFLOPs, ImageReward 0.9997 against 0.9898 uncached. Theirs, not measured in ComfyUI.")),
+                  "fewer TFLOPs, ImageReward 0.9997 against 0.9898 uncached. Theirs, not measured in ComfyUI."),
+        recipe_zh=("Comfy-Org 的 Flux.1 dev 模板：20 步，CFG 1，guidance 3.5（其模板在 CLIPTextEncodeFlux 中设置；这里用 FluxGuidance），"
+                   "euler，simple。"),
+        evidence_zh=("cache-dit 自己的 FLUX.1-dev 数据（diffusers，50 步，DrawBench，NVIDIA L20）：其 F1B0 W4 MC6 R0.24（即这里的默认值，"
+                     "只是最多连续缓存 6 步而非 3 步）计算量（TFLOPs）减少 3.94 倍，ImageReward 0.9997，未缓存为 0.9898。这是他们的数据，"
+                     "不是在 ComfyUI 中测得的。")),
     "flux2_klein_compare.json": FamilyTemplate(
         title="Flux.2 Klein 4B", family=FLUX, stand_in="flux2", vae="flux2",
         model=split_file("Comfy-Org/flux2-klein", "diffusion_models", "flux-2-klein-4b.safetensors"),
@@ -145,7 +153,10 @@ FAMILY_TEMPLATES = {
                 "Flux2Scheduler; here a KSampler, euler, simple)."),
         evidence=("No published cache-dit figures for Flux.2 Klein are known to this pack. At 4 steps the "
                   "default 4 warmup steps leave nothing to cache, so this template sets the step mask `slow`, "
-                  "which caches step 3 of 4 (every mask does at 4 steps); judge it here.")),
+                  "which caches step 3 of 4 (every mask does at 4 steps); judge it here."),
+        recipe_zh=("Klein 4B 被蒸馏为 CFG 1 下 4 步（Comfy-Org 的模板用其 Flux2Scheduler 采样；这里用 KSampler，euler，simple）。"),
+        evidence_zh=("本扩展不知道有任何公开的 Flux.2 Klein cache-dit 数据。4 步时默认的 4 个预热步使得没有可缓存的步，所以此模板设置步骤掩码 "
+                     "`slow`，它缓存 4 步中的第 3 步（4 步时每种掩码都如此）；请在这里判断。")),
     "qwen_image_compare.json": FamilyTemplate(
         title="Qwen-Image", family="Qwen-Image (ComfyUI native)", stand_in="qwen_image", vae="wan21",
         model=split_file("Comfy-Org/Qwen-Image_ComfyUI", "diffusion_models", "qwen_image_fp8_e4m3fn.safetensors"),
@@ -159,6 +170,10 @@ FAMILY_TEMPLATES = {
                   "together with 2-GPU Ulysses and FlashAttention-3 (12.75 s to 5.67 s with its cache), and "
                   "Qwen-Image-Lightning at 4 steps (F1B0 W2 MC1 R0.8: 1.33x fewer TFLOPs, PSNR 31.8). None "
                   "for this recipe: the settings are the node's defaults (Krea-2's); judge them here."),
+        recipe_zh="Comfy-Org 的 Qwen-Image 模板：20 步，CFG 4，euler，simple，shift 3.5。",
+        evidence_zh=("cache-dit 自己的 Qwen-Image 数据针对的是别的运行方式：H100 上 50 步并配合双 GPU Ulysses 和 FlashAttention-3"
+                     "（开启缓存后 12.75 s 降到 5.67 s），以及 4 步的 Qwen-Image-Lightning（F1B0 W2 MC1 R0.8：计算量减少 1.33 倍，PSNR 31.8）。"
+                     "没有针对此配方的数据：这里用的是节点默认值（Krea-2 的）；请在这里判断。"),
         # The stand-in is shallow but 3072 wide (ComfyUI detects Qwen-Image only at full width): ~1 s a call.
         stand_in_steps=6),
     "chroma_compare.json": FamilyTemplate(
@@ -173,6 +188,8 @@ FAMILY_TEMPLATES = {
         recipe=("Comfy-Org's Chroma1-HD template: 26 steps, CFG 3.5, euler, beta, shift 1 (its template samples "
                 "them with SamplerCustomAdvanced; here a KSampler)."),
         evidence=NO_FIGURES.format(model="Chroma"),
+        recipe_zh="Comfy-Org 的 Chroma1-HD 模板：26 步，CFG 3.5，euler，beta，shift 1（其模板用 SamplerCustomAdvanced 采样；这里用 KSampler）。",
+        evidence_zh=NO_FIGURES_ZH.format(model="Chroma"),
         # Each Chroma call recomputes its 5-layer, 5120-wide modulation table (5-15 s a call on 2 CPU cores):
         # the stand-in samples 2 steps, enough to run the graph; caching on Chroma is its own tests' subject.
         stand_in_steps=2),
@@ -193,6 +210,11 @@ FAMILY_TEMPLATES = {
         evidence=("Each expert gets its own cache node (the two are different models, and the record of each "
                   "run is its own: the high-noise run's 10 steps, then the low-noise run's 10). "
                   + NO_FIGURES.format(model="Wan 2.2")),
+        recipe_zh=("Comfy-Org 的 Wan 2.2 14B 文生视频模板：20 步，CFG 3.5，euler，simple，两个专家模型都用 shift 8，高噪声模型负责第 0-10 步，"
+                   "低噪声模型负责第 10-20 步（KSamplerAdvanced）。其视频为 1280x704、121 帧；这里为 832x480、81 帧，因为此工作流要采样两次。"
+                   "每一帧保存为图片；要得到视频文件，在 VAE 解码后加 CreateVideo 和 SaveVideo。"),
+        evidence_zh=("每个专家模型有自己的缓存节点（两者是不同的模型，每次运行的记录各自独立：先是高噪声运行的 10 步，再是低噪声运行的 10 步）。"
+                     + NO_FIGURES_ZH.format(model="Wan 2.2")),
         low_noise_stand_in="wan_low"),
     "hunyuan_video15_t2v_compare.json": FamilyTemplate(
         title="HunyuanVideo 1.5 T2V 720p", family=HUNYUAN, stand_in="hunyuan_video15", vae="hunyuan_video15",
@@ -207,7 +229,10 @@ FAMILY_TEMPLATES = {
                 "an empty negative prompt, 848x480 and 121 frames (its template samples them with "
                 "SamplerCustomAdvanced; here a KSampler). Each frame is saved as an image; for a video file, add "
                 "CreateVideo and SaveVideo after a VAE Decode."),
-        evidence=NO_FIGURES.format(model="HunyuanVideo 1.5")),
+        evidence=NO_FIGURES.format(model="HunyuanVideo 1.5"),
+        recipe_zh=("Comfy-Org 的 HunyuanVideo 1.5 720p 文生视频模板：20 步，CFG 6，euler，simple，shift 7，空的负向提示词，848x480、121 帧"
+                   "（其模板用 SamplerCustomAdvanced 采样；这里用 KSampler）。每一帧保存为图片；要得到视频文件，在 VAE 解码后加 CreateVideo 和 SaveVideo。"),
+        evidence_zh=NO_FIGURES_ZH.format(model="HunyuanVideo 1.5")),
     "ltxv_t2v_compare.json": FamilyTemplate(
         title="LTX-Video 2B 0.9", family="LTXV (ComfyUI native)", stand_in="ltxv", vae="ltxv",
         model=ModelFile("ltx-video-2b-v0.9.safetensors", "checkpoints",
@@ -229,7 +254,11 @@ FAMILY_TEMPLATES = {
                 "without that scheduler's stretch of the last sigmas to 0.1. LTX-Video wants long, descriptive "
                 "prompts. Each frame is saved as an image; for a video file, add CreateVideo and SaveVideo after "
                 "a VAE Decode."),
-        evidence=NO_FIGURES.format(model="LTX-Video")),
+        evidence=NO_FIGURES.format(model="LTX-Video"),
+        recipe_zh=("Comfy-Org 的 LTXV 文生视频模板：带 VAE 的检查点，30 步，CFG 3，euler，LTXVConditioning 25 fps，768x512、97 帧。其模板用 "
+                   "SamplerCustom 和 LTXVScheduler 采样（此尺寸下的 shift 为模型自身的 2.37）；这里用 KSampler（simple），没有该调度器把最后的 sigma "
+                   "拉伸到 0.1。LTX-Video 需要详细的长提示词。每一帧保存为图片；要得到视频文件，在 VAE 解码后加 CreateVideo 和 SaveVideo。"),
+        evidence_zh=NO_FIGURES_ZH.format(model="LTX-Video")),
     "minimax_h3_t2v_compare.json": FamilyTemplate(
         title="MiniMax H3 (text to video and audio)", family="MiniMax H3 (ComfyUI native)", stand_in="minimax_h3",
         vae="minimax_h3",
@@ -254,7 +283,13 @@ FAMILY_TEMPLATES = {
                 "sampled latent with VAE Decode Audio and [minimax_h3_audio_vae_fp32.safetensors]"
                 f"({MINIMAX_H3}/vae/minimax_h3_audio_vae_fp32.safetensors) (`vae/`), then CreateVideo and SaveVideo. "
                 "Each frame is saved as an image."),
-        evidence=NO_FIGURES.format(model="MiniMax H3")),
+        evidence=NO_FIGURES.format(model="MiniMax H3"),
+        recipe_zh=("Comfy-Org 的 MiniMax H3 文生视频模板，不含其 Lightning LoRA：20 步，CFG 1（其 BasicGuider），res_multistep，simple，"
+                   "1344x768、124 帧（24 fps 下 5 秒）。其模板在 MiniMaxH3ImageToVideo 中编码提示词并生成音视频潜空间，没有关键帧时等同于这里用的 "
+                   "CLIPTextEncode 和 EmptyMiniMaxH3LatentAV，再接 KSampler。音频与视频在同一个打包序列中一起采样；此工作流只解码并比较视频。要得到声音，"
+                   "用 VAE Decode Audio 和上面链接的 minimax_h3_audio_vae_fp32.safetensors（`vae/`）解码采样出的潜空间，再接 CreateVideo 和 SaveVideo。"
+                   "每一帧保存为图片。"),
+        evidence_zh=NO_FIGURES_ZH.format(model="MiniMax H3")),
     "ltx2_t2v_compare.json": FamilyTemplate(
         title="LTX-2 19B dev (text to video and audio)", family="LTX-2 (ComfyUI native)", stand_in="ltx2", vae="ltxv",
         model=ModelFile("ltx-2-19b-dev-fp8.safetensors", "checkpoints", f"{LTX2}/ltx-2-19b-dev-fp8.safetensors"),
@@ -281,5 +316,12 @@ FAMILY_TEMPLATES = {
                 "LoRAs and the audio decode: this graph decodes and compares the video. For the sound, decode the "
                 "audio latent (LTXVSeparateAVLatent's second output) with LTXV Audio VAE Decode and the audio VAE "
                 "(LTXVAudioVAELoader), then CreateVideo at 24 fps and SaveVideo. Each frame is saved as an image."),
-        evidence=NO_FIGURES.format(model="LTX-2")),
+        evidence=NO_FIGURES.format(model="LTX-2"),
+        recipe_zh=("Comfy-Org 的 LTX-2 文生视频模板的第一阶段：带 VAE 和音频 VAE 的检查点，Gemma 3 文本编码器，20 步，CFG 4，euler_ancestral，"
+                   "LTXVConditioning 24 fps，121 帧（5 秒），640x352（其 1280x720 减半，即该阶段的采样尺寸），视频潜空间与等长的空音频潜空间拼接。其模板用 "
+                   "SamplerCustomAdvanced 和 LTXVScheduler 采样（shift 取决于潜空间尺寸，sigma 拉伸到 0.1 结束）；这里用 KSampler（simple），模型自身的 "
+                   "shift。未包含：第二阶段（2 倍空间潜空间放大，再用蒸馏 LoRA 以 CFG 1 采样 3 步到 1280x720）、可选的镜头 LoRA 和音频解码：此工作流只解码"
+                   "并比较视频。要得到声音，用 LTXV Audio VAE Decode 和音频 VAE（LTXVAudioVAELoader）解码音频潜空间（LTXVSeparateAVLatent 的第二个输出），"
+                   "再接 24 fps 的 CreateVideo 和 SaveVideo。每一帧保存为图片。"),
+        evidence_zh=NO_FIGURES_ZH.format(model="LTX-2")),
 }

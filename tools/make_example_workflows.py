@@ -57,7 +57,10 @@ def note(variant: str, loader: str) -> str:
         f"**Krea-2 Cache-DiT** sits between the model loader ({loader}) and the KSampler. "
         "Its defaults are the reference settings measured on real Krea-2 weights (no step mask, no calibrator); "
         "the stats of each run are printed in the console and shown on the node.\n\n"
-        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n"
+        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
+        f"{ZH_HEADING}\n\n"
+        f"**Krea-2 Cache-DiT** 位于模型加载器（{loader}）和 KSampler 之间。它的默认值是在真实 Krea-2 权重上测得的参考设置（无步骤掩码、无校准器）；"
+        "每次运行的统计会打印在控制台并显示在节点上。模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
 
@@ -216,7 +219,10 @@ def compare_note(variant: str) -> str:
         "the node how far the cached image is from the uncached one: MAE (0-255), PSNR (dB; identical images "
         "give 100 dB) and a heatmap of where they differ (black = identical, white = the largest difference). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
-        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n"
+        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
+        f"{ZH_HEADING}\n\n"
+        "两个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Krea-2 Cache-DiT** 采样，下面的不经过。"
+        f"{ZH_COMPARE}模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
 
@@ -273,8 +279,29 @@ def family_note(t: FamilyTemplate) -> str:
         "(0-255), PSNR (dB; identical images give 100 dB) and a heatmap of where they differ (black = identical). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
         f"**Recipe**: {t.recipe}\n\n**Cache settings**: {settings}. {t.evidence}\n\n"
-        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n"
+        f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
+        f"{ZH_HEADING}\n\n{family_graph_zh(t)}{ZH_COMPARE}\n\n**采样配方**：{t.recipe_zh}\n\n"
+        f"**缓存设置**：{settings_zh(t)}。{t.evidence_zh}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
+
+
+# The notes' Chinese section: the editor shows a note as it is, in one language, so each note carries both.
+ZH_HEADING = "### 中文说明"
+ZH_COMPARE = ("**Compare Images (Cache-DiT)**（可比较任意两张图片）在节点上显示缓存图像与未缓存图像的差距：MAE（0-255）、PSNR（dB；"
+              "相同图像为 100 dB）以及差异热图（黑色 = 相同）。修改 Cache-DiT 设置后再次运行：只有缓存分支会重新采样。")
+
+
+def family_graph_zh(t: FamilyTemplate) -> str:
+    if t.low_noise:
+        return ("两个分支共用两个模型、提示词、空潜空间和 **Seed** 节点；每个分支先采样高噪声模型，再采样低噪声模型（两个 KSamplerAdvanced）。"
+                "上面的分支让每个模型经过各自的 **Cache-DiT DBCache (any supported DiT)**，下面的分支不经过。")
+    return ("两个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Cache-DiT DBCache (any supported DiT)** 采样，"
+            "下面的不经过。")
+
+
+def settings_zh(t: FamilyTemplate) -> str:
+    changed = "，".join(f"`{k}` {v}" for k, v in t.cache.items())
+    return f"节点默认值，但 {changed}" if changed else "节点默认值"
 
 
 def audio_video_latent(nodes: list[dict], links: list[tuple], t: FamilyTemplate) -> int:

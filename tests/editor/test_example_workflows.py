@@ -155,6 +155,20 @@ def test_examples_are_shipped():
     assert {path.name for path in EXAMPLES} == set(EXPECTED)
 
 
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_note_speaks_chinese_too(path):
+    """The editor shows a template's note as it is: each carries a Chinese section after the English, with a
+    family template's recipe and the evidence behind its settings in Chinese (every model link stays above)."""
+    notes = [node["widgets_values"][0] for node in nodes_of_type(path, "MarkdownNote")]
+    assert notes and all("\n### 中文说明\n" in note for note in notes), notes
+    chinese = "".join(note.split("### 中文说明", 1)[1] for note in notes)
+    assert sum("\u4e00" <= char <= "\u9fff" for char in chinese) >= 60, chinese
+    template = FAMILY_TEMPLATES.get(path.name)
+    if template is not None:
+        assert template.recipe_zh and template.evidence_zh, path.name
+        assert template.recipe_zh in chinese and template.evidence_zh in chinese, chinese
+
+
 def test_the_cache_nodes_are_siblings_in_a_category_every_family_finds(object_info):
     """Saved workflows hold widget values by position: both cache nodes take the same settings in the same order."""
     krea2, general = object_info["Krea2CacheDiT"], object_info["CacheDiTDBCache"]
