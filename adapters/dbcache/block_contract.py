@@ -25,6 +25,7 @@ import torch
 
 from ..families.registry import BlockList, ResolvedTransformer
 from ..sampling.loop_drift import LoopDrift, describe, drift_warning, parameters_of, same_argument, takes_any
+from .paired_hidden import is_pair
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -140,15 +141,11 @@ class ListRecorder:
         return f"{type(self.blocks[index]).__name__} {index} of '{self.entry.attr}' as the loop calls it"
 
     def _hidden_fits(self, value) -> bool:
-        if self.entry.hidden_pair:
-            return isinstance(value, (tuple, list)) and len(value) == 2 and all(map(torch.is_tensor, value))
-        return torch.is_tensor(value)
+        return is_pair(value) if self.entry.hidden_pair else torch.is_tensor(value)
 
     def _output_fits(self, output) -> bool:
-        if self.entry.hidden_pair or len(self.outputs) > 1:
-            return (isinstance(output, (tuple, list)) and len(output) == 2
-                    and all(map(torch.is_tensor, output)))
-        return torch.is_tensor(output)
+        # Every pattern with several outputs has two (Pattern_0's, Pattern_1's): a pair of tensors, as LTX-2's.
+        return is_pair(output) if self.entry.hidden_pair or len(self.outputs) > 1 else torch.is_tensor(output)
 
     def _expected_hidden(self) -> str:
         names = self.entry.hidden_kwargs or self.inputs

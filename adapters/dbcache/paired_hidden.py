@@ -56,7 +56,7 @@ class PairedHidden:
     # --- around the wrapper -------------------------------------------------------------
     @torch.compiler.disable
     def _pack_pair(self, module, args, kwargs):
-        if not args or not _is_pair(args[0]):
+        if not args or not is_pair(args[0]):
             return None
         video, audio = args[0]
         self._shapes = (video.shape, audio.shape)
@@ -82,7 +82,7 @@ class PairedHidden:
     @torch.compiler.disable
     def _take_back(self, module, args, output):
         given, self._given = self._given, None
-        if given is None or not _is_pair(output):
+        if given is None or not is_pair(output):
             return None
         packed, views = given
         if output[0] is views[0] and output[1] is views[1]:
@@ -96,5 +96,6 @@ class PairedHidden:
         return flat[:split].view(video_shape), flat[split:].view(audio_shape)
 
 
-def _is_pair(value) -> bool:
+def is_pair(value) -> bool:
+    """Whether ``value`` is a (video, audio) pair of tensors, as LTX-2's loop hands and takes back."""
     return isinstance(value, (tuple, list)) and len(value) == 2 and all(torch.is_tensor(v) for v in value)

@@ -46,10 +46,7 @@ def takes_any(parameters: list[inspect.Parameter]) -> bool:
 
 
 def describe(parameters: list[inspect.Parameter]) -> str:
-    try:
-        return "forward" + str(inspect.Signature(parameters))
-    except ValueError:   # parameters in an order Python would not accept (cannot come from a real forward)
-        return "forward(" + ", ".join(str(p) for p in parameters) + ")"
+    return "forward" + str(inspect.Signature(parameters))
 
 
 def same_argument(first, other) -> bool:
