@@ -181,11 +181,12 @@ class FeatureHistory:
         row = torch.tensor(chebyshev_row(self._tau(step), self.settings.chebyshev_degree), dtype=torch.float64)
         gram = self._xtx + self.settings.ridge_lambda * torch.eye(bases, dtype=torch.float64)
         weights = torch.linalg.solve(gram, row)          # (X^T X + lambda I)^-1 x*, symmetric
-        on_first = float(weights @ self._column_sums)
         computing = torch.promote_types(self._xth.dtype, torch.float32)
-        weights = weights.to(device=self._xth.device, dtype=computing)
-        return torch.tensordot(weights, self._xth.to(computing), dims=1).add_(self._first.to(computing),
-                                                                             alpha=on_first)
+        forecast = self._first.to(computing) * float(weights @ self._column_sums)
+        # One basis at a time, as ``_accumulate``: no float32 copy of a bf16 (bases x feature) accumulation.
+        for basis, weight in enumerate(weights.tolist()):
+            forecast.add_(self._xth[basis].to(computing), alpha=weight)
+        return forecast
 
     def _local(self, step: int) -> torch.Tensor:
         """Newton's backward-difference extrapolation from the last computed steps, in units of their last spacing."""
