@@ -21,6 +21,7 @@ VARIANTS = {"uncached": None, "defaults": {}, "steps_mask fast": {"steps_mask": 
             "caching off": {"residual_diff_threshold": 0.0, "steps_mask": "none"}}
 COMPILED_VARIANTS = ("uncached", "defaults", "steps_mask fast")
 TWO_GPU_VARIANTS = ("uncached", "defaults", "steps_mask fast")
+TWO_GPUS = Workload("raw 2 gpus", RAW_FULL_STEPS, 3.5)
 
 # The Cache-DiT Forecast node's presets made for each workload's regime, measured eagerly beside the
 # DBCache variants (same repeats, same reference); a row's variant is "forecast <preset>".
@@ -35,7 +36,6 @@ def forecast_variants(workload: Workload) -> tuple[str, ...]:
 def forecast_preset(variant: str) -> str | None:
     """The Forecast node's preset a variant runs, None for the DBCache node's variants and no node."""
     return variant.removeprefix(FORECAST_PREFIX) if variant.startswith(FORECAST_PREFIX) else None
-TWO_GPUS = Workload("raw 2 gpus", RAW_FULL_STEPS, 3.5)
 
 
 @dataclasses.dataclass(frozen=True)
