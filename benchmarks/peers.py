@@ -39,6 +39,20 @@ from krea2_prompts import PROXY_MODEL  # noqa: E402
 RESULTS_DIR = BENCH_DIR / "results"
 
 
+def model_checkpoints(proxy) -> dict[str, Path]:
+    """The checkpoint behind each model file name a regime samples (``cases.Regime.model``). Today every
+    regime samples the trained proxy; a regime pointed at another checkpoint names it here. The images
+    of every regime are decoded with the proxy's decoder (one latent space)."""
+    return {PROXY_MODEL: proxy.checkpoint}
+
+
+def link_models(base: Path, cases, checkpoints: dict) -> None:
+    for model in sorted({c.model for c in cases}):
+        if model not in checkpoints:
+            raise SystemExit(f"no checkpoint for the model {model!r} a regime samples: add it to model_checkpoints")
+        (base / "models" / "diffusion_models" / model).symlink_to(checkpoints[model])
+
+
 def run(args) -> tuple[list[dict], dict]:
     comfy_root = find_comfyui()
     if comfy_root is None:
@@ -53,7 +67,7 @@ def run(args) -> tuple[list[dict], dict]:
     cases = quick_cases() if args.quick else full_cases(tuple(args.regimes.split(",")))
     images = IMAGES[:args.images]
     base = ComfyServer.prepare_base_dir(Path(tempfile.mkdtemp(prefix="krea2_peers_")))
-    (base / "models" / "diffusion_models" / PROXY_MODEL).symlink_to(proxy.checkpoint)
+    link_models(base, cases, model_checkpoints(proxy))
     server = ComfyServer(comfy_root, base).start()
     try:
         progress = lambda text: print(text, flush=True)  # noqa: E731

@@ -10,12 +10,22 @@ from __future__ import annotations
 import dataclasses
 
 from speedup import Case  # also puts devkit/ on the path and loads the pack
+from krea2_prompts import PROXY_MODEL
 from projection import UNCACHED
 from projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
 
+
+@dataclasses.dataclass(frozen=True)
+class Regime:
+    steps: int
+    cfg: float
+    # The checkpoint's file name in the server's diffusion_models (peers.py links each to its checkpoint).
+    model: str = PROXY_MODEL
+
+
 # The core nodes' own defaults besides the threshold (their reuse_threshold default is 0.2).
 PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
-REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
+REGIMES = {"turbo": Regime(8, 1.0), "raw": Regime(52, 3.5)}
 
 # UNCACHED and CACHING_OFF_FULL_TEXT (the node with caching off and the text path on every call: its
 # own per-call cost) are named in projection.py, which prices rows by them.
@@ -69,13 +79,15 @@ class PeerCase(Case):
     own_input: bool = True
     # A pass-through model_function_wrapper before the node: the text path is computed on every call.
     full_text: bool = False
+    model: str = PROXY_MODEL
 
 
 def case(regime: str, method: str, setting: str = "", cache: dict | None = None,
          peer: dict | None = None) -> PeerCase:
-    steps, cfg = REGIMES[regime]
+    of = REGIMES[regime]
     name = " ".join(part for part in (regime, method, setting) if part)
-    return PeerCase(name, steps, cfg, cache, regime=regime, method=method, setting=setting, peer=peer)
+    return PeerCase(name, of.steps, of.cfg, cache, regime=regime, method=method, setting=setting, peer=peer,
+                    model=of.model)
 
 
 def forecast_case(regime: str, method: str, setting: str, preset: str, **custom) -> PeerCase:

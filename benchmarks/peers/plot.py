@@ -54,8 +54,8 @@ def draw_panel(axis, of_regime: list[dict], methods: list[str], key: str, label:
         if is_node_default(row):
             axis.plot(row[key], row["mae_255"], marker="*", markersize=15, color="gold",
                       markeredgecolor="black", linestyle="none", label="node defaults")
-    steps, cfg = REGIMES[of_regime[0]["regime"]]
-    axis.set_title(f"{steps} steps, CFG {cfg:g}" + (" (batched)" if cfg > 1 else ""))
+    regime = REGIMES[of_regime[0]["regime"]]
+    axis.set_title(f"{regime.steps} steps, CFG {regime.cfg:g}" + (" (batched)" if regime.cfg > 1 else ""))
     axis.set_xlabel(label)
     axis.set_ylabel("MAE/255 of the decoded image vs uncached")
     axis.set_yscale("symlog", linthresh=1.0)  # linear below 1, logarithmic above

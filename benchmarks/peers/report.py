@@ -10,7 +10,7 @@ import datetime
 import re
 from pathlib import Path
 
-from .cases import CACHING_OFF_FULL_TEXT, is_node_default  # first: its speedup import loads the pack
+from .cases import CACHING_OFF_FULL_TEXT, REGIMES, is_node_default  # first: its speedup import loads the pack
 from .checks import target_checks
 from .compare import head_to_head, verdict_lines
 from .plot import plot
@@ -44,7 +44,8 @@ def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | Non
     version = re.search(r'__version__\s*=\s*"([^"]+)"', (comfy_root / "comfyui_version.py").read_text())
     return {"date": datetime.date.today().isoformat(), "comfyui": version.group(1) if version else "unknown",
             "torch": torch.__version__, "device": "CPU", "threads": threads,
-            "proxy": proxy.checkpoint.parent.name, "image_size": proxy.settings.image_size, "sampler": "euler/simple",
+            "proxy": proxy.checkpoint.parent.name, "models": {name: regime.model for name, regime in REGIMES.items()},
+            "image_size": proxy.settings.image_size, "sampler": "euler/simple",
             "images": [list(i) for i in images], "repeats": repeats,
             "note": "small trained Krea-2 proxy on procedural images: dynamics, not Krea-2 quality"}
 

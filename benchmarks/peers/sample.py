@@ -21,8 +21,9 @@ FULL_TEXT_NODE = "22"  # the pass-through model_function_wrapper before the node
 
 
 def case_prompt(case: PeerCase, label: int, seed: int) -> dict:
-    """The proxy prompt, with the node (``case.cache``) or a peer node (``case.peer``) on the model."""
-    prompt = proxy_prompt(label=label, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed,
+    """The proxy prompt on the regime's model, with the node (``case.cache``) or a peer node (``case.peer``)
+    on the model."""
+    prompt = proxy_prompt(label=label, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, model=case.model,
                           prefix=f"peers_{case.name.replace(' ', '_').replace(',', '')}")
     if case.peer is not None:
         inputs = {k: v for k, v in case.peer.items() if k != "class_type"}

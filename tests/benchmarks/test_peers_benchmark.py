@@ -10,6 +10,7 @@ The figures themselves are the benchmark's to report (docs/benchmarks.md, "Again
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -210,3 +211,26 @@ def test_a_caching_row_is_judged_by_the_confidence_interval_of_its_median_share(
     few = {"case": "turbo x", "ideal": 2.0, "times": [0.5, 0.5]}
     assert peers_checks.efficiency_check(few, {"times": [1.0, 1.0]}) == \
         "check: turbo x: 100% of its ideal over caching off (at least 90%: undecided (2 repeats))"
+
+
+def test_each_regime_names_the_model_it_samples(monkeypatch, tmp_path):
+    from krea2_prompts import PROXY_MODEL
+
+    assert {regime.model for regime in peers_cases.REGIMES.values()} == {PROXY_MODEL}
+    monkeypatch.setitem(peers_cases.REGIMES, "turbo", peers_cases.Regime(8, 1.0, "krea2_turbo_proxy.safetensors"))
+    for made in (peers_cases.case("turbo", peers_cases.UNCACHED), peers_cases.peer_case("turbo", peers_cases.EASYCACHE, 0.2)):
+        prompt = peers_sample.case_prompt(made, label=0, seed=0)
+        assert prompt["1"]["inputs"]["unet_name"] == "krea2_turbo_proxy.safetensors", prompt
+    assert peers_sample.case_prompt(peers_cases.case("raw", peers_cases.UNCACHED), 0, 0)["1"]["inputs"]["unet_name"] \
+        == PROXY_MODEL
+    # The entry links each model a case samples to its checkpoint, and refuses one it has none for.
+    spec = importlib.util.spec_from_file_location("peers_entry", REPO_ROOT / "benchmarks" / "peers.py")
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    (tmp_path / "models" / "diffusion_models").mkdir(parents=True)
+    checkpoint = tmp_path / "proxy.safetensors"
+    checkpoint.write_bytes(b"weights")
+    entry.link_models(tmp_path, [peers_cases.case("raw", peers_cases.UNCACHED)], {PROXY_MODEL: checkpoint})
+    assert (tmp_path / "models" / "diffusion_models" / PROXY_MODEL).resolve() == checkpoint
+    with pytest.raises(SystemExit, match="krea2_turbo_proxy.safetensors"):
+        entry.link_models(tmp_path, [peers_cases.case("turbo", peers_cases.UNCACHED)], {PROXY_MODEL: checkpoint})
