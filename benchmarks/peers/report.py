@@ -45,7 +45,8 @@ def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | Non
     return {"date": datetime.date.today().isoformat(), "comfyui": version.group(1) if version else "unknown",
             "torch": torch.__version__, "device": "CPU", "threads": threads,
             "proxy": proxy.checkpoint.parent.name, "models": {name: regime.model for name, regime in REGIMES.items()},
-            "image_size": proxy.settings.image_size, "sampler": "euler/simple",
+            "image_size": proxy.settings.image_size,
+            "sampler": "euler/simple (the fewer-steps rows: their own sampler, simple)",
             "images": [list(i) for i in images], "repeats": repeats,
             "note": "small trained Krea-2 proxy on procedural images: dynamics, not Krea-2 quality"}
 
