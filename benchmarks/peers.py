@@ -1,10 +1,12 @@
 """Krea-2 Cache-DiT against ComfyUI's own step caches, EasyCache and LazyCache: image quality at equal speed.
 
 Samples the small trained Krea-2 proxy through the real ComfyUI server on the CPU with this pack's
-node and with ComfyUI's ``EasyCache`` and ``LazyCache``, the same seeds and graphs side by side in
-one run, Turbo-like (8 steps, CFG 1) and Raw-like (52 steps, CFG 3.5, cond and uncond batched).
-Per regime, at each peer setting: the node setting with the lowest MAE among those at least as fast
-(within 5%); then the targets as ``check:`` lines (the node's own cost from ``--own-cost-repeats``
+node, with ComfyUI's ``EasyCache`` and ``LazyCache``, and plainly at fewer steps (euler, and ComfyUI's
+multistep samplers), the same seeds and graphs side by side in one run, Turbo-like (8 steps, CFG 1)
+and Raw-like (52 steps, CFG 3.5, cond and uncond batched). Per regime, at each peer setting: the node
+setting with the lowest MAE among those at least as fast (within 5%); at each node and peer setting
+that skips work: fewer steps at its speed (euler's curve, the nearest multistep sampler as fast); then
+the targets as ``check:`` lines (the node's own cost from ``--own-cost-repeats``
 interleaved repeats after the table). It writes ``peers.json`` and ``peers.png`` (MAE against
 speedup, one curve per method) to ``benchmarks/results/`` and prints the table as Markdown. A small
 model on procedural images: figures of **dynamics on the proxy, not Krea-2 quality**. The cases,

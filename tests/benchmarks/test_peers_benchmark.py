@@ -4,7 +4,8 @@ LazyCache on the trained proxy, through the benchmark's own code.
 A handful of Turbo-like cases (uncached, the node's defaults, one calibrator, EasyCache and LazyCache
 at their default and at a high ``reuse_threshold``, EasyCache without its own input copy, euler and
 one multistep sampler at fewer steps), one image, two alternating repeats: every method
-must produce finite images and consistent figures, and the benchmark must write its table and plot.
+must produce finite images and consistent figures, every setting that skips work is set against
+fewer steps, and the benchmark must write its table and plot.
 The figures themselves are the benchmark's to report (docs/benchmarks.md, "Against EasyCache and LazyCache").
 """
 
@@ -150,6 +151,7 @@ def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_r
     assert drawn == {"turbo": list(dict.fromkeys(c.method for c in cases))}
     assert "| 8, 1 | EasyCache | 1.2 |" in peers_report.markdown_table(rows)
     assert "| 5, 1 | fewer steps, dpmpp_2m | 5 |" in peers_report.markdown_table(rows)
+    assert written["comparisons"]["vs_fewer_steps"]["summary"]["turbo"]["node_settings"] > 0
 
 
 @proxy_tier
@@ -168,6 +170,7 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     for r in by_case.values():  # fewer steps: the uncached run's calls over its own
         if peers_cases.is_fewer_steps(r):
             assert r["projected"] == pytest.approx(8 / r["steps"]), r
+    assert comparisons["projected"]["vs_fewer_steps"]["rows"], comparisons["projected"]
     # The node computed the text path once per run, and its defaults cache: faster than caching off.
     assert by_case["turbo Cache-DiT caching off 0"]["text_computed"] == 1
     assert by_case["turbo Cache-DiT threshold 0.24"]["projected"] > by_case["turbo Cache-DiT caching off 0"]["projected"]
@@ -276,6 +279,49 @@ def test_each_regime_names_the_model_it_samples(monkeypatch, tmp_path):
         entry.link_models(tmp_path, [peers_cases.case("turbo", peers_cases.UNCACHED)], {PROXY_MODEL: checkpoint})
 
 
+def fewer_row(case, method, wall, mae, steps, skipped=0, ideal=None, calls=None):
+    return {"case": case, "regime": "turbo", "method": method, "setting": "", "wall": wall, "mae_255": mae,
+            "steps": steps, "skipped": [skipped], "ideal": ideal or 8 / steps, "calls": calls or steps,
+            "cached_calls": skipped if method.startswith("Cache-DiT") else 0}
+
+
+def test_a_setting_meets_euler_between_its_step_counts_linear_in_speedup():
+    euler = peers_cases.FEWER_STEPS
+    rows = [fewer_row("uncached", peers_cases.UNCACHED, 1.0, 0.0, 8, ideal=1.0),
+            fewer_row("euler 6", euler, 4 / 3, 1.5, 6), fewer_row("euler 4", euler, 2.0, 4.5, 4),
+            fewer_row("dpmpp_2m 5", peers_cases.multistep_method("dpmpp_2m"), 1.6, 2.0, 5),
+            fewer_row("dpmpp_2m 4", peers_cases.multistep_method("dpmpp_2m"), 2.0, 1.0, 4),
+            fewer_row("node 1.5x", peers_cases.MASKS, 1.5, 2.0, 8, skipped=3, ideal=1.5),
+            fewer_row("node 2.5x", peers_cases.MASKS, 2.5, 9.0, 8, skipped=5, ideal=2.5),
+            fewer_row("node slowed", peers_cases.THRESHOLD, 0.9, 0.1, 8, skipped=1, ideal=1.1),
+            fewer_row("node off", peers_cases.CACHING_OFF, 1.1, 0.0, 8, ideal=1.0),
+            fewer_row("peer 1.9x", peers_cases.EASYCACHE, 1.9, 3.0, 8, skipped=4, ideal=2.0),
+            fewer_row("peer idle", peers_cases.LAZYCACHE, 1.0, 0.0, 8, ideal=1.0)]
+    found = peers_compare.vs_fewer_steps(rows)
+    by_case = {e["case"]: e for e in found["rows"]}
+    # Only the settings that skip work; not caching off, a peer that skipped nothing or fewer steps themselves.
+    assert list(by_case) == ["node 1.5x", "node 2.5x", "node slowed", "peer 1.9x"]
+    # 1.5x lies a quarter of the way in speedup from euler 6 (4/3x, MAE 1.5) to euler 4 (2x, MAE 4.5): 2.25.
+    e = by_case["node 1.5x"]
+    assert e["euler_mae_255"] == pytest.approx(2.25) and e["euler_between"] == ["euler 6", "euler 4"]
+    assert e["beats_euler"] is True and e["calls"] == 5
+    # The multistep sampler at the most steps among those as fast: dpmpp_2m 5, not the lower MAE at 4.
+    assert (e["multistep"], e["multistep_mae_255"], e["beats_multistep"]) == ("dpmpp_2m 5", 2.0, False)
+    # Faster than every fewer-steps row: no verdict; slower than uncached: the full steps are as fast.
+    assert by_case["node 2.5x"]["euler_mae_255"] is None and by_case["node 2.5x"]["beats_euler"] is None
+    assert by_case["node 2.5x"]["multistep"] is None
+    assert by_case["node slowed"]["euler_mae_255"] == 0.0 and by_case["node slowed"]["beats_euler"] is False
+    assert by_case["peer 1.9x"]["euler_mae_255"] == pytest.approx(1.5 + 3.0 * (1.9 - 4 / 3) / (2 / 3))
+    assert by_case["peer 1.9x"]["beats_euler"] is True and by_case["peer 1.9x"]["multistep"] == "dpmpp_2m 4"
+    assert found["summary"] == {"turbo": {
+        "node_settings": 3, "node_beat_euler": 1, "node_faster_than_euler": 1, "node_beat_multistep": 1,
+        "node_with_multistep": 2, "peer_settings": 1, "peer_beat_euler": 1, "peer_faster_than_euler": 0,
+        "peer_beat_multistep": 0, "peer_with_multistep": 1}}
+    # A table from before the fewer-steps rows (a --replot of an older run): nothing to set against.
+    assert peers_compare.vs_fewer_steps([r for r in rows if not peers_cases.is_fewer_steps(r)]) == \
+        {"rows": [], "summary": {}}
+
+
 @proxy_tier
 def test_each_multistep_sampler_makes_one_model_call_per_step(proxy_server):
     """What the fewer-steps rows are priced by: a step of each sampler is one model call (cond and uncond
@@ -304,3 +350,36 @@ def test_fewer_steps_are_measured_against_the_full_step_uncached_image(quick, pr
     # Fewer steps move away from the full-step image; another sampler at the same steps lands elsewhere.
     assert 0 < rows["turbo fewer steps, euler 6"]["mae_255"] < rows["turbo fewer steps, euler 4"]["mae_255"]
     assert rows["turbo fewer steps, dpmpp_2m 5"]["mae_255"] != rows["turbo fewer steps, euler 5"]["mae_255"]
+
+
+@proxy_tier
+def test_every_setting_that_skips_work_is_set_against_fewer_steps(quick):
+    _, rows = quick
+    all_rows = list(rows.values())
+    found = peers_compare.head_to_head(all_rows)["vs_fewer_steps"]
+    skipping = [r["case"] for r in all_rows if (peers_cases.is_node(r) and r["ideal"] > 1.0)
+                or (r["method"] in peers_cases.PEERS and max(r["skipped"]) > 0)]
+    assert [e["case"] for e in found["rows"]] == skipping and skipping
+    node = [e for e in found["rows"] if e["side"] == "node"]
+    assert found["summary"]["turbo"]["node_settings"] == len(node)
+    # Measured speedups on a busy CPU: a setting may outrun every fewer-steps row (no verdict then).
+    matched = [e for e in node if e["euler_mae_255"] is not None]
+    assert found["summary"]["turbo"]["node_faster_than_euler"] == len(node) - len(matched)
+    assert found["summary"]["turbo"]["node_beat_euler"] == sum(e["mae_255"] < e["euler_mae_255"] for e in matched)
+    # At equal calls (report only): the preset meets euler at its own 5 steps; the defaults' calls fall
+    # between the uncached run (8 calls, MAE 0) and euler 6, linear in model calls without / with.
+    checks = peers_checks.fewer_steps_checks(all_rows)
+    preset = next(line for line in checks if "turbo_5_of_8" in line)
+    euler5 = rows["turbo fewer steps, euler 5"]["mae_255"]
+    assert "5 of 8 calls computed" in preset and f"against euler at as many calls {euler5:.2f}/255" in preset, preset
+    assert "best multistep at the nearest count with as few calls: dpmpp_2m 5" in preset, preset
+    defaults = rows["turbo Cache-DiT threshold 0.24"]
+    expected = rows["turbo fewer steps, euler 6"]["mae_255"] * (defaults["step_ideal"] - 1) / (8 / 6 - 1)
+    (line,) = [line for line in checks if "(defaults)" in line]
+    assert line.startswith("check: turbo (equal calls): Cache-DiT threshold 0.24 (defaults): ")
+    assert f"against euler at as many calls {expected:.2f}/255" in line, (line, expected)
+    assert line.endswith("(report only: the node lower)" if defaults["mae_255"] < expected else
+                         "(report only: fewer steps as low or lower)"), line
+    table = peers_compare.fewer_steps_lines(peers_compare.head_to_head(all_rows))
+    assert any(line.startswith("| turbo Cache-DiT threshold 0.24 (defaults) | ") for line in table), table
+    assert any(line.startswith("turbo (measured): ") and "node settings that skip work" in line for line in table)
