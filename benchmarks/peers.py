@@ -1,10 +1,12 @@
 """Krea-2 Cache-DiT against ComfyUI's own step caches, EasyCache and LazyCache: image quality at equal speed.
 
 Samples the small trained Krea-2 proxy through the real ComfyUI server on the CPU with this pack's
-node and with ComfyUI's ``EasyCache`` and ``LazyCache``, the same seeds and graphs side by side in
-one run, Turbo-like (8 steps, CFG 1) and Raw-like (52 steps, CFG 3.5, cond and uncond batched).
-Per regime, at each peer setting: the node setting with the lowest MAE among those at least as fast
-(within 5%); then the targets as ``check:`` lines (the node's own cost from ``--own-cost-repeats``
+node, with ComfyUI's ``EasyCache`` and ``LazyCache``, and plainly at fewer steps (euler, and ComfyUI's
+multistep samplers), the same seeds and graphs side by side in one run, Turbo-like (8 steps, CFG 1)
+and Raw-like (52 steps, CFG 3.5, cond and uncond batched). Per regime, at each peer setting: the node
+setting with the lowest MAE among those at least as fast (within 5%); at each node and peer setting
+that skips work: fewer steps at its speed (euler's curve, the nearest multistep sampler as fast); then
+the targets as ``check:`` lines (the node's own cost from ``--own-cost-repeats``
 interleaved repeats after the table). It writes ``peers.json`` and ``peers.png`` (MAE against
 speedup, one curve per method) to ``benchmarks/results/`` and prints the table as Markdown. A small
 model on procedural images: figures of **dynamics on the proxy, not Krea-2 quality**. The cases,
@@ -39,6 +41,20 @@ from krea2_prompts import PROXY_MODEL  # noqa: E402
 RESULTS_DIR = BENCH_DIR / "results"
 
 
+def model_checkpoints(proxy) -> dict[str, Path]:
+    """The checkpoint behind each model file name a regime samples (``cases.Regime.model``). Today every
+    regime samples the trained proxy; a regime pointed at another checkpoint names it here. The images
+    of every regime are decoded with the proxy's decoder (one latent space)."""
+    return {PROXY_MODEL: proxy.checkpoint}
+
+
+def link_models(base: Path, cases, checkpoints: dict) -> None:
+    for model in sorted({c.model for c in cases}):
+        if model not in checkpoints:
+            raise SystemExit(f"no checkpoint for the model {model!r} a regime samples: add it to model_checkpoints")
+        (base / "models" / "diffusion_models" / model).symlink_to(checkpoints[model])
+
+
 def run(args) -> tuple[list[dict], dict]:
     comfy_root = find_comfyui()
     if comfy_root is None:
@@ -53,7 +69,7 @@ def run(args) -> tuple[list[dict], dict]:
     cases = quick_cases() if args.quick else full_cases(tuple(args.regimes.split(",")))
     images = IMAGES[:args.images]
     base = ComfyServer.prepare_base_dir(Path(tempfile.mkdtemp(prefix="krea2_peers_")))
-    (base / "models" / "diffusion_models" / PROXY_MODEL).symlink_to(proxy.checkpoint)
+    link_models(base, cases, model_checkpoints(proxy))
     server = ComfyServer(comfy_root, base).start()
     try:
         progress = lambda text: print(text, flush=True)  # noqa: E731

@@ -35,7 +35,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
-from krea2_prompts import PROXY_MODEL, krea2_prompt, proxy_prompt, with_forecast  # noqa: E402
+from krea2_prompts import (FORECAST_CUSTOM_DEFAULTS, PROXY_MODEL, krea2_prompt, proxy_prompt,  # noqa: E402
+                           with_forecast)
 from spread import (MIN_REPEATS, Spread, above_ideal, at_least, caching_efficiency, keep_repeating,  # noqa: E402
                     paired_ratios, show, spread, within)
 
@@ -88,24 +89,59 @@ def default_cases(steps: int, cfg: float, raw: bool, compile_backend: str | None
 
 
 PROXY_THRESHOLDS = (0.12, 0.32, 0.48)  # the sweep around the default 0.24
+FEWER_STEPS = "fewer steps: euler"      # plain euler at fewer steps, no node (its case names: "... euler 5")
 
 
 FORECAST_PRESETS = {8: ("turbo_5_of_8", "turbo_4_of_8"), 52: ("raw_1_in_4", "raw_1_in_5", "spectrum_paper")}
 
 
 def proxy_cases() -> list[Case]:
-    """Turbo-like and Raw-like runs of the proxy: defaults, masks, TaylorSeer, a threshold sweep, and the
-    whole-call forecasting node's presets."""
+    """Turbo-like and Raw-like runs of the proxy: defaults, masks, TaylorSeer, a threshold sweep, the
+    whole-call forecasting node's presets, and plain euler at the model calls of the masks and presets."""
     cases = []
     for prefix, steps, cfg, masks in (("", 8, 1.0, ("fast", "ultra")), ("raw ", 52, 3.5, ("medium", "fast"))):
-        cases += [Case(f"{prefix}uncached", steps, cfg, None), Case(f"{prefix}caching off", steps, cfg, OFF),
+        regime = [Case(f"{prefix}uncached", steps, cfg, None), Case(f"{prefix}caching off", steps, cfg, OFF),
                   Case(f"{prefix}node defaults", steps, cfg, {}),
                   Case(f"{prefix}defaults + TaylorSeer", steps, cfg, {"calibrator": "taylorseer"})]
-        cases += [Case(f"{prefix}steps_mask {mask}", steps, cfg, {"steps_mask": mask}) for mask in masks]
-        cases += [Case(f"{prefix}threshold {t:g}", steps, cfg, {"residual_diff_threshold": t})
-                  for t in PROXY_THRESHOLDS]
-        cases += [forecast(f"{prefix}forecast {preset}", steps, cfg, preset) for preset in FORECAST_PRESETS[steps]]
+        regime += [Case(f"{prefix}steps_mask {mask}", steps, cfg, {"steps_mask": mask}) for mask in masks]
+        regime += [Case(f"{prefix}threshold {t:g}", steps, cfg, {"residual_diff_threshold": t})
+                   for t in PROXY_THRESHOLDS]
+        regime += [forecast(f"{prefix}forecast {preset}", steps, cfg, preset) for preset in FORECAST_PRESETS[steps]]
+        cases += regime + fewer_steps_cases(regime, prefix)
     return cases
+
+
+def planned_calls(case: Case) -> int | None:
+    """The model calls a case computes when they are fixed before it runs (the pack's own plans): every
+    step without the node or with caching off, the steps a step mask or a forecast schedule computes;
+    None where a threshold decides as the run goes."""
+    from krea2_cachedit.adapters.dbcache.settings import build_step_mask
+    from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
+    from krea2_cachedit.adapters.forecast.forecast_settings import CUSTOM, ForecastSettings
+
+    if case.cache is None:
+        return case.steps
+    if case.forecast is not None:
+        if case.forecast["preset"] != CUSTOM:
+            return sum(ForecastSettings.from_preset(case.forecast["preset"]).schedule.computed(case.steps))
+        custom = {**FORECAST_CUSTOM_DEFAULTS, **case.forecast}
+        return sum(ForecastSchedule(custom["warmup_steps"], custom["window_size"], custom["window_growth"],
+                                    custom["final_computed_steps"]).computed(case.steps))
+    if case.cache.get("steps_mask", "none") != "none":   # "static": a masked step is served whatever the threshold
+        try:
+            return sum(build_step_mask(case.cache["steps_mask"], case.steps))
+        except ValueError:   # no mask for this step count: the node runs on its threshold alone
+            return None
+    return case.steps if case.cache.get("residual_diff_threshold") == 0.0 else None
+
+
+def fewer_steps_cases(cases: list[Case], prefix: str = "") -> list[Case]:
+    """Plain euler (no node) at each call count below the full steps that one regime's cases (same steps
+    and CFG) fix in advance: the first thing a user tries to sample faster, at as many model calls as
+    the cached rows it stands beside."""
+    steps, cfg = cases[0].steps, cases[0].cfg
+    counts = {planned_calls(c) for c in cases} - {None, steps}
+    return [Case(f"{prefix}{FEWER_STEPS} {n}", n, cfg, None) for n in sorted(counts, reverse=True)]
 
 
 def reference_case(name: str) -> str:
@@ -259,17 +295,20 @@ def summarize(results: dict, decode=None) -> list[dict]:
                                                       sorted(reference["latents"], key=lambda t: t[0])))
         stats = result["stats"][-1]
         mae, psnr = image_errors(result["latents"], reference["latents"], decode) if decode else (None, None)
-        ideal = stats["ideal_speedup"] if stats else 1.0
+        # Without the node: the uncached run's block evaluations over its own (fewer steps: fewer of them).
+        ideal = stats["ideal_speedup"] if stats else reference["case"].steps / case.steps
         wall = Spread(1.0, 1.0, 1.0) if result is reference else walls[name]
         caching_off = results.get(reference_case(name).replace("uncached", "caching off"))
         estimate = estimate_error(result, caching_off)
         baseline = caching_off or reference  # without a caching-off case: the graph without the node
-        efficiency = caching_efficiency(result["times"], baseline["times"], ideal) if ideal > 1.0 else None
+        # What caching returns of the blocks it skips: a row of the node's only (fewer steps skip none).
+        efficiency = caching_efficiency(result["times"], baseline["times"], ideal) if stats and ideal > 1.0 else None
         rows.append({"case": name, "steps": case.steps, "cfg": case.cfg, "seconds": time_,
                      "cached": f"{len(stats['skipped_steps'])}/{stats['steps']}" if stats else "-",
                      "cfg_mode": stats["cfg_mode"] if stats else "-", "ideal": ideal, "wall": wall.median,
                      "efficiency": efficiency.median if efficiency else None, "deviation": deviation, "mae_255": mae,
                      "psnr_db": psnr, "reference": result is reference, "repeats": len(result["times"]),
+                     "planned_calls": planned_calls(case), "uncached": reference_case(name),
                      "wall_spread": wall, "efficiency_spread": efficiency,
                      "estimate_error": estimate.median if estimate is not None else None, "estimate_spread": estimate})
     return rows
@@ -370,7 +409,8 @@ def print_table(rows: list[dict], where: str):
           "ideal, for rows that cache; wall = uncached time / cached time, median of "
           "the per-repeat ratios (compiled cases: against compiled uncached); spread = the distance from that median to "
           "the farther quartile of those ratios (relative), so the spread's range holds the middle half of the repeats; deviation = relative L2 distance of the final latent from the uncached one "
-          "(same seed); est. error = the node's estimate of the uncached run time against the same graph with "
+          "(same seed); fewer steps: euler without the node at as many steps as a cached row computes model calls, its "
+          "ideal the uncached run's steps over its own; est. error = the node's estimate of the uncached run time against the same graph with "
           "caching off, with its spread in points." + (" MAE/255 and PSNR: the decoded image against the "
           "uncached one (mean over the repeats; a small trained proxy on procedural images: dynamics, not "
           "Krea-2 quality)." if images else ""))
@@ -479,8 +519,28 @@ def run_model(args, model: str, comfy_root: Path | None) -> list[dict]:
                 "proxy": "small trained Krea-2 proxy, 128x128"}[model]
         where = f"ComfyUI, {'GPU' if args.gpu else f'CPU, {threads_label(args)}'}, {name}"
     print_table(rows, where)
+    fewer = fewer_steps_lines(rows)
+    if fewer:
+        print("\nAgainst fewer steps, at as many model calls (what a user tries first to sample faster):")
+        print("\n".join(fewer))
     print_checks(rows)
     return rows
+
+
+def fewer_steps_lines(rows: list[dict]) -> list[str]:
+    """Each caching row whose model calls are fixed in advance, beside plain euler at as many calls: both
+    MAEs against the uncached image of the same seeds (a proxy's MAE only: the images must be decoded)."""
+    euler = {(r["uncached"], r["steps"]): r for r in rows if FEWER_STEPS in r["case"]}
+    lines = []
+    for r in rows:
+        fewer = euler.get((r["uncached"], r["planned_calls"]))
+        if r["efficiency_spread"] is None or fewer is None or r["mae_255"] is None:
+            continue
+        closer = "the cached row" if r["mae_255"] < fewer["mae_255"] else "fewer steps"
+        lines.append(f"{r['case']}: {r['planned_calls']} of {r['steps']} calls computed, MAE {r['mae_255']:.2f}/255; "
+                     f"euler at {fewer['steps']} steps: MAE {fewer['mae_255']:.2f}/255, {fewer['wall']:.2f}x wall "
+                     f"(closer to the uncached image: {closer})")
+    return lines
 
 
 # What the pack promises, checked on every benchmark run; a verdict only where the row's spread
@@ -497,8 +557,8 @@ def check_lines(rows: list[dict]) -> list[str]:
             verdict = show(within(estimate, ESTIMATE_TOLERANCE), estimate, points=True)
             lines.append(f"check: {r['case']}: time estimate {estimate.median:+.1%} "
                          f"(within {ESTIMATE_TOLERANCE:.0%}: {verdict})")
-        if r["ideal"] > 1.0:
-            efficiency = r["efficiency_spread"]
+        efficiency = r["efficiency_spread"]
+        if efficiency is not None:   # a caching row (fewer steps have an ideal, and no caching to judge)
             verdict = ("noise? (faster than its ideal: not a result)" if above_ideal(efficiency)
                        else show(at_least(efficiency, CACHED_EFFICIENCY_FLOOR), efficiency))
             lines.append(f"check: {r['case']}: {efficiency.median:.0%} of the ideal speedup over caching off "

@@ -1,21 +1,32 @@
 """The peer benchmark's case catalogue: the methods, the settings swept along each, the images.
 
-A case is one graph on the proxy: uncached, through this pack's node (``cache``: its inputs), or
-through ComfyUI's EasyCache or LazyCache (``peer``), in a Turbo-like or a Raw-like regime. Its
-``method`` names the curve it belongs to, its ``setting`` what varies along that curve.
+A case is one graph on the proxy: uncached, through this pack's node (``cache``: its inputs),
+through ComfyUI's EasyCache or LazyCache (``peer``), or plain sampling at fewer steps (the first
+thing a user tries to sample faster), in a Turbo-like or a Raw-like regime. Its ``method`` names
+the curve it belongs to, its ``setting`` what varies along that curve.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from speedup import Case  # also puts devkit/ on the path and loads the pack
+from speedup import Case, planned_calls  # also puts devkit/ on the path and loads the pack
+from krea2_prompts import PROXY_MODEL
 from projection import UNCACHED
 from projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
 
+
+@dataclasses.dataclass(frozen=True)
+class Regime:
+    steps: int
+    cfg: float
+    # The checkpoint's file name in the server's diffusion_models (peers.py links each to its checkpoint).
+    model: str = PROXY_MODEL
+
+
 # The core nodes' own defaults besides the threshold (their reuse_threshold default is 0.2).
 PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
-REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
+REGIMES = {"turbo": Regime(8, 1.0), "raw": Regime(52, 3.5)}
 
 # UNCACHED and CACHING_OFF_FULL_TEXT (the node with caching off and the text path on every call: its
 # own per-call cost) are named in projection.py, which prices rows by them.
@@ -49,6 +60,18 @@ MASK_POLICIES = ("medium", "fast", "ultra")
 PEER_THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.5)
 PEER_DEFAULT_THRESHOLD = 0.2
 
+# Fewer steps: plain euler/simple at the regime's CFG, no node. Its step counts (fewer_steps_cases): every
+# call count the node's step masks and forecast schedules fix (the pack's own plans), and FEWER_STEPS_SPAN
+# across what the thresholds decide as they run: measured on the proxy, Turbo's threshold rows compute 5-8
+# calls, Raw's 16-23 and the peers' 15-34, so the span runs from below the fastest setting to above the
+# slowest, denser where the Raw settings crowd. ComfyUI's multistep samplers (one model call per step like
+# euler, at CFG 1 and batched CFG: tests/benchmarks/test_peers_benchmark.py counts them) at a few of those
+# counts: Turbo's step masks and presets (6, 5, 4); Raw's ultra mask and thresholds (17) and presets (13, 11).
+FEWER_STEPS = "fewer steps, euler"
+FEWER_STEPS_SPAN = {"turbo": (7, 6, 5, 4, 3), "raw": (35, 26, 20, 17, 13, 11, 10, 9, 8, 6)}
+MULTISTEP_SAMPLERS = ("dpmpp_2m", "res_multistep", "ipndm", "deis", "uni_pc_bh2")
+MULTISTEP_COUNTS = {"turbo": (6, 5, 4), "raw": (17, 13, 11)}
+
 # Images: (class of the proxy's data set, seed); classes of both colour schemes and several shapes.
 IMAGES = ((0, 0), (5, 1), (2, 2), (7, 3))
 WARMUP_IMAGE = (1, 10_000)
@@ -69,13 +92,37 @@ class PeerCase(Case):
     own_input: bool = True
     # A pass-through model_function_wrapper before the node: the text path is computed on every call.
     full_text: bool = False
+    sampler: str = "euler"
+    model: str = PROXY_MODEL
 
 
 def case(regime: str, method: str, setting: str = "", cache: dict | None = None,
          peer: dict | None = None) -> PeerCase:
-    steps, cfg = REGIMES[regime]
+    of = REGIMES[regime]
     name = " ".join(part for part in (regime, method, setting) if part)
-    return PeerCase(name, steps, cfg, cache, regime=regime, method=method, setting=setting, peer=peer)
+    return PeerCase(name, of.steps, of.cfg, cache, regime=regime, method=method, setting=setting, peer=peer,
+                    model=of.model)
+
+
+def multistep_method(sampler: str) -> str:
+    return f"fewer steps, {sampler}"
+
+
+def fewer_steps_case(regime: str, steps: int, sampler: str = "euler") -> PeerCase:
+    """Plain ``sampler`` at ``steps`` steps, the regime's CFG and model, no node: compared, as every row,
+    with the regime's uncached image at its full steps."""
+    made = case(regime, multistep_method(sampler), f"{steps}")
+    made.steps, made.sampler = steps, sampler
+    return made
+
+
+def fewer_steps_cases(regime: str, cases: list[PeerCase]) -> list[PeerCase]:
+    """Euler at every call count below the full steps that ``cases`` fix in advance or FEWER_STEPS_SPAN
+    names, slowest first (the curve's order); the multistep samplers at MULTISTEP_COUNTS."""
+    full = REGIMES[regime].steps
+    counts = ({planned_calls(c) for c in cases if c.regime == regime} | set(FEWER_STEPS_SPAN[regime])) - {None, full}
+    made = [fewer_steps_case(regime, n) for n in sorted(counts, reverse=True)]
+    return made + [fewer_steps_case(regime, n, s) for s in MULTISTEP_SAMPLERS for n in MULTISTEP_COUNTS[regime]]
 
 
 def forecast_case(regime: str, method: str, setting: str, preset: str, **custom) -> PeerCase:
@@ -116,6 +163,7 @@ def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
         cases += forecast_cases(regime)
         cases += [peer_case(regime, peer, t) for peer in PEERS for t in PEER_THRESHOLDS]
         cases.append(peer_case(regime, EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False))
+        cases += fewer_steps_cases(regime, cases)
     return cases
 
 
@@ -127,14 +175,17 @@ def caching_off_cases(regime: str) -> list[PeerCase]:
 
 
 def quick_cases() -> list[PeerCase]:
-    """A handful of Turbo-like cases: one of each kind of method."""
+    """A handful of Turbo-like cases: one of each kind of method, fewer steps too."""
     return [case("turbo", UNCACHED), *caching_off_cases("turbo"),
             case("turbo", THRESHOLD, f"{NODE_DEFAULT_THRESHOLD:g}", {}),
             case("turbo", calibrator_method("taylorseer"), f"{NODE_DEFAULT_THRESHOLD:g}", {"calibrator": "taylorseer"}),
             forecast_case("turbo", FORECAST_PRESETS, "turbo_5_of_8", "turbo_5_of_8"),
             peer_case("turbo", EASYCACHE, 0.2), peer_case("turbo", EASYCACHE, 1.2),
             peer_case("turbo", LAZYCACHE, 0.2), peer_case("turbo", LAZYCACHE, 1.2),
-            peer_case("turbo", EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False)]
+            peer_case("turbo", EASYCACHE, PEER_DEFAULT_THRESHOLD, own_input=False),
+            # Euler at and around the preset's 5 calls (the defaults' 7 fall between the uncached run and 6),
+            # and one multistep sampler at 5.
+            *(fewer_steps_case("turbo", n) for n in (6, 5, 4)), fewer_steps_case("turbo", 5, "dpmpp_2m")]
 
 
 def is_node(row: dict) -> bool:
@@ -144,6 +195,15 @@ def is_node(row: dict) -> bool:
 def is_forecast(row: dict) -> bool:
     """A row of the whole-call forecasting node (the other node rows are the DBCache node's)."""
     return row["method"] in (FORECAST_PRESETS, SPECTRUM_PUBLISHED, FORECAST_LINEAR)
+
+
+def is_fewer_steps(row: dict) -> bool:
+    """Plain sampling at fewer steps: euler or a multistep sampler."""
+    return row["method"].startswith("fewer steps, ")
+
+
+def is_multistep(row: dict) -> bool:
+    return is_fewer_steps(row) and row["method"] != FEWER_STEPS
 
 
 def is_node_default(row: dict) -> bool:

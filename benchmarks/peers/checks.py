@@ -1,4 +1,5 @@
-"""The peer benchmark's targets, as ``check:`` lines: the node's own cost, what caching returns, the race.
+"""The peer benchmark's targets, as ``check:`` lines: the node's own cost, what caching returns, the race;
+and, report only, the node's defaults and forecast presets against fewer steps at as many model calls.
 
 Each margin is judged by the median of per-repeat ratios and its 95% confidence interval
 (``spread.median_interval``), since one repeat on a CPU varies by more than a 1% margin.
@@ -6,8 +7,9 @@ Each margin is judged by the median of per-repeat ratios and its 95% confidence 
 
 from __future__ import annotations
 
-from .cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_PRESETS, PEERS, UNCACHED, is_forecast, is_node
-from .compare import EQUAL_SPEED, best_at_least_as_fast
+from .cases import (CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_PRESETS, PEERS, SPECTRUM_PUBLISHED, UNCACHED,
+                    is_forecast, is_node, is_node_default)
+from .compare import EQUAL_SPEED, against_fewer_steps, best_at_least_as_fast, euler_curve
 from spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,
                     paired_ratios, show)
 
@@ -41,7 +43,41 @@ def target_checks(rows: list[dict], comparisons: list[dict], own_cost: dict | No
                 lines.append(efficiency_check(row, off))
     for result in comparisons:
         lines += race_checks(rows, result)
-    return lines + forecast_checks(rows)
+    return lines + forecast_checks(rows) + fewer_steps_checks(rows)
+
+
+# Equal model calls: the rows' model calls without / with (the uncached run's over a row's computed ones).
+EQUAL_CALLS = "step_ideal"
+
+
+def fewer_steps_checks(rows: list[dict]) -> list[str]:
+    """Per regime with fewer-steps rows, report only (no target): the node's defaults and each forecast
+    preset against euler at as many computed model calls (its curve between its step counts), the best
+    multistep sampler at the nearest count with as few calls beside."""
+    lines = []
+    for regime in sorted({r["regime"] for r in rows}):
+        of_regime = [r for r in rows if r["regime"] == regime]
+        curve = euler_curve(of_regime, EQUAL_CALLS)
+        if len(curve) < 2:
+            continue
+        lines += [fewer_steps_check(against_fewer_steps(r, curve, of_regime, EQUAL_CALLS)) for r in of_regime
+                  if is_node_default(r) or r["method"] in (FORECAST_PRESETS, SPECTRUM_PUBLISHED)]
+    return lines
+
+
+def fewer_steps_check(found: dict) -> str:
+    name = found["case"].removeprefix(f"{found['regime']} ") + (" (defaults)" if found["defaults"] else "")
+    if found["euler_mae_255"] is None:
+        euler, verdict = "no euler row with as few calls", "undecided"
+    else:
+        euler = f"euler at as many calls {found['euler_mae_255']:.2f}/255"
+        verdict = "the node lower" if found["beats_euler"] else "fewer steps as low or lower"
+    multistep = ("" if found["multistep"] is None else
+                 f"; best multistep at the nearest count with as few calls: "
+                 f"{found['multistep'].removeprefix(found['regime'] + ' fewer steps, ')} at "
+                 f"{found['multistep_mae_255']:.2f}/255")
+    return (f"check: {found['regime']} (equal calls): {name}: {found['calls']:.3g} of {found['steps']} calls computed, "
+            f"MAE {found['mae_255']:.2f}/255 against {euler}{multistep} (report only: {verdict})")
 
 
 def forecast_checks(rows: list[dict]) -> list[str]:

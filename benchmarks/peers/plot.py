@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cases import EASYCACHE, EASYCACHE_IN_PLACE, LAZYCACHE, PEERS, REGIMES, UNCACHED, is_node_default
+from .cases import (EASYCACHE, EASYCACHE_IN_PLACE, FEWER_STEPS, LAZYCACHE, MULTISTEP_SAMPLERS, PEERS, REGIMES, UNCACHED,
+                    is_node_default, multistep_method)
 from projection import GPU_CALL_S
 
 PEER_STYLE = {EASYCACHE: dict(color="black", linestyle="--"), LAZYCACHE: dict(color="darkgoldenrod", linestyle="--")}
+# Fewer steps: euler a bold dotted line from the uncached point, the multistep samplers open markers.
+FEWER_STEPS_COLOR = "crimson"
+MULTISTEP_MARKERS = dict(zip((multistep_method(s) for s in MULTISTEP_SAMPLERS), "^v<>P"))
 # The panels, top to bottom: the wall-clock speedup (what a user gets here), the speedup projected on
 # Krea-2 (when its component costs are measured), and model calls without / with (what each method
 # saves in steps, whatever a cached step still costs).
@@ -49,13 +53,15 @@ def draw_panel(axis, of_regime: list[dict], methods: list[str], key: str, label:
 
     for method in methods:
         points = [r for r in of_regime if r["method"] == method]  # in the order of its sweep
+        if method == FEWER_STEPS:  # euler at the full steps is the uncached run: the line starts there
+            points = sorted(points + [r for r in of_regime if r["method"] == UNCACHED], key=lambda r: r[key])
         axis.plot([r[key] for r in points], [r["mae_255"] for r in points], label=method, **method_style(method))
     for row in of_regime:
         if is_node_default(row):
             axis.plot(row[key], row["mae_255"], marker="*", markersize=15, color="gold",
                       markeredgecolor="black", linestyle="none", label="node defaults")
-    steps, cfg = REGIMES[of_regime[0]["regime"]]
-    axis.set_title(f"{steps} steps, CFG {cfg:g}" + (" (batched)" if cfg > 1 else ""))
+    regime = REGIMES[of_regime[0]["regime"]]
+    axis.set_title(f"{regime.steps} steps, CFG {regime.cfg:g}" + (" (batched)" if regime.cfg > 1 else ""))
     axis.set_xlabel(label)
     axis.set_ylabel("MAE/255 of the decoded image vs uncached")
     axis.set_yscale("symlog", linthresh=1.0)  # linear below 1, logarithmic above
@@ -66,9 +72,15 @@ def draw_panel(axis, of_regime: list[dict], methods: list[str], key: str, label:
 
 
 def method_style(method: str) -> dict:
-    """Uncached a dot, the peers bold dashed lines, EasyCache in place a cross, the node's methods thin lines."""
+    """Uncached a dot, the peers bold dashed lines, EasyCache in place a cross, fewer steps a bold dotted line
+    (euler) and open markers (the multistep samplers), the node's methods thin lines."""
     if method == UNCACHED:
         return dict(color="black", marker="o", linestyle="none")
+    if method == FEWER_STEPS:
+        return dict(color=FEWER_STEPS_COLOR, marker="D", linestyle=":", linewidth=2.4, markersize=5)
+    if method in MULTISTEP_MARKERS:
+        return dict(color=FEWER_STEPS_COLOR, marker=MULTISTEP_MARKERS[method], linestyle="none", markersize=8,
+                    fillstyle="none")
     if method in PEERS:
         return dict(marker="s", linewidth=2.4, markersize=6, **PEER_STYLE[method])
     if method == EASYCACHE_IN_PLACE:

@@ -10,9 +10,9 @@ import datetime
 import re
 from pathlib import Path
 
-from .cases import CACHING_OFF_FULL_TEXT, is_node_default  # first: its speedup import loads the pack
+from .cases import CACHING_OFF_FULL_TEXT, REGIMES, is_node_default  # first: its speedup import loads the pack
 from .checks import target_checks
-from .compare import head_to_head, verdict_lines
+from .compare import fewer_steps_lines, head_to_head, verdict_lines
 from .plot import plot
 import krea2_costs
 from projection import add_projection
@@ -44,7 +44,9 @@ def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | Non
     version = re.search(r'__version__\s*=\s*"([^"]+)"', (comfy_root / "comfyui_version.py").read_text())
     return {"date": datetime.date.today().isoformat(), "comfyui": version.group(1) if version else "unknown",
             "torch": torch.__version__, "device": "CPU", "threads": threads,
-            "proxy": proxy.checkpoint.parent.name, "image_size": proxy.settings.image_size, "sampler": "euler/simple",
+            "proxy": proxy.checkpoint.parent.name, "models": {name: regime.model for name, regime in REGIMES.items()},
+            "image_size": proxy.settings.image_size,
+            "sampler": "euler/simple (the fewer-steps rows: their own sampler, simple)",
             "images": [list(i) for i in images], "repeats": repeats,
             "note": "small trained Krea-2 proxy on procedural images: dynamics, not Krea-2 quality"}
 
@@ -64,7 +66,7 @@ def write_results(rows: list[dict], comparisons: dict, info: dict, out_dir: Path
 def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers",
            costs_path: Path = COSTS, own_cost: dict | None = None) -> tuple[list[dict], dict]:
     """Compare (measured, and projected when Krea-2's component costs are measured), write the JSON and
-    the plot, print the Markdown table, the verdicts and the target checks."""
+    the plot, print the Markdown table, the verdicts, the settings against fewer steps and the target checks."""
     comparisons = head_to_head(rows)
     bases = [comparisons]
     if costs_path.exists() and any(r["method"] == CACHING_OFF_FULL_TEXT for r in rows):
@@ -74,9 +76,14 @@ def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers",
     json_path, png_path, _ = write_results(rows, comparisons, info, out_dir, stem, own_cost)
     print(markdown_table(rows))
     for result in bases:
-        print(f"\nAt each peer setting, the node's best setting at least as fast (within 5%), "
-              f"{'measured' if result['basis'] == 'wall' else 'PROJECTED on Krea-2'}:")
+        basis = "measured" if result["basis"] == "wall" else "PROJECTED on Krea-2"
+        print(f"\nAt each peer setting, the node's best setting at least as fast (within 5%), {basis}:")
         print("\n".join(verdict_lines(result)))
+        fewer = fewer_steps_lines(result)
+        if fewer:
+            print(f"Against fewer steps at the speed of each setting that skips work, {basis} (MAE against the "
+                  f"uncached image at the full steps):")
+            print("\n".join(fewer))
     print()
     print("\n".join(target_checks(rows, bases, own_cost)))
     print(f"\nWrote {json_path} and {png_path}")

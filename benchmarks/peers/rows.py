@@ -2,9 +2,10 @@
 
 Per case: cached (the node) or skipped (a peer) steps, the ideal speedup (the node: transformer block
 evaluations without the cache / with it, counting the blocks cache-dit always computes; a peer: model
-calls without it / with it), the wall-clock speedup (median uncached time / median time) with the
-spread of its per-repeat ratios (spread.py), and MAE/255 and PSNR of the decoded image against the
-uncached image of the same seed.
+calls without it / with it; fewer steps: the uncached run's steps over its own), the wall-clock
+speedup (median uncached time / median time) with the spread of its per-repeat ratios (spread.py),
+and MAE/255 and PSNR of the decoded image against the regime's uncached image of the same seed, at
+the regime's full steps whatever steps the case ran.
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list
         mean_mse = statistics.mean(mses)
         rows.append({
             "case": c.name, "regime": c.regime, "method": c.method, "setting": c.setting,
-            "steps": c.steps, "cfg": c.cfg, "inputs": c.peer or c.cache,
+            "steps": c.steps, "cfg": c.cfg, "sampler": c.sampler, "model": c.model, "inputs": c.peer or c.cache,
             "skipped": [runs[-1].skipped for runs in samples[c.name].values()],
             "skipped_range": [min(s.skipped for s in every_run), max(s.skipped for s in every_run)],
-            "ideal": statistics.mean(s.ideal for s in every_run),
+            # Against the uncached run at the regime's full steps: a case at fewer steps saves the rest.
+            "ideal": statistics.mean(s.ideal for s in every_run) * reference.steps / c.steps,
             # Model calls without / with: the node's cached step still runs its Fn blocks and the model's
             # embeddings and final layer, a peer's skipped step runs nothing.
-            "step_ideal": statistics.mean(s.steps / (s.steps - s.skipped) for s in every_run),
+            "step_ideal": statistics.mean(reference.steps / (s.steps - s.skipped) for s in every_run),
             "seconds": statistics.median(times[c.name]),
             "times": times[c.name],  # one per run, each repeat's images in turn: what the checks pair
             "wall": statistics.median(times[reference.name]) / statistics.median(times[c.name]),

@@ -21,9 +21,11 @@ FULL_TEXT_NODE = "22"  # the pass-through model_function_wrapper before the node
 
 
 def case_prompt(case: PeerCase, label: int, seed: int) -> dict:
-    """The proxy prompt, with the node (``case.cache``) or a peer node (``case.peer``) on the model."""
-    prompt = proxy_prompt(label=label, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed,
+    """The proxy prompt on the regime's model with the case's sampler, with the node (``case.cache``) or a
+    peer node (``case.peer``) on the model."""
+    prompt = proxy_prompt(label=label, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, model=case.model,
                           prefix=f"peers_{case.name.replace(' ', '_').replace(',', '')}")
+    prompt["6"]["inputs"]["sampler_name"] = case.sampler
     if case.peer is not None:
         inputs = {k: v for k, v in case.peer.items() if k != "class_type"}
         model = ["1", 0]
@@ -95,4 +97,6 @@ def run_case(server: ComfyServer, case: PeerCase, image: tuple[int, int]) -> Sam
                                f"{case.steps}")
         return Sample(run.seconds, run.latent, skipped, steps, steps / (steps - skipped) if steps > skipped else math.inf,
                       calls=steps, text_computed=steps - skipped)
+    # Without a node: one model call per step (cond and uncond batched), as euler and the multistep
+    # samplers the cases use make (tests/benchmarks/test_peers_benchmark.py counts them).
     return Sample(run.seconds, run.latent, 0, case.steps, 1.0, calls=case.steps, text_computed=case.steps)

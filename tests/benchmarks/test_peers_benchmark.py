@@ -2,14 +2,16 @@
 LazyCache on the trained proxy, through the benchmark's own code.
 
 A handful of Turbo-like cases (uncached, the node's defaults, one calibrator, EasyCache and LazyCache
-at their default and at a high ``reuse_threshold``, EasyCache without its own input copy), one
-image, two alternating repeats: every method
-must produce finite images and consistent figures, and the benchmark must write its table and plot.
+at their default and at a high ``reuse_threshold``, EasyCache without its own input copy, euler and
+one multistep sampler at fewer steps), one image, two alternating repeats: every method
+must produce finite images and consistent figures, every setting that skips work is set against
+fewer steps, and the benchmark must write its table and plot.
 The figures themselves are the benchmark's to report (docs/benchmarks.md, "Against EasyCache and LazyCache").
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -26,6 +28,9 @@ from peers import report as peers_report  # noqa: E402
 from peers import runner as peers_runner  # noqa: E402
 from peers import sample as peers_sample  # noqa: E402
 import spread  # noqa: E402
+from speedup import planned_calls  # noqa: E402
+
+from krea2_cachedit.adapters.image_compare import mae_255_and_mse  # noqa: E402
 
 proxy_tier = pytest.mark.tier("proxy")
 HIGH = 1.2  # a reuse_threshold at which both peers skip steps on the proxy
@@ -82,8 +87,13 @@ def test_every_method_produces_finite_images_and_figures(quick):
         assert r["runs"] == 2 and all(0 <= s <= r["steps"] for s in r["skipped"]), r
         assert all(math.isfinite(r[k]) and r[k] > 0 for k in ("seconds", "wall", "ideal")), r
         assert math.isfinite(r["mae_255"]) and r["mae_255"] >= 0, r
-        # Nothing skipped: the uncached image, bit for bit; something skipped: a finite cost.
-        if max(r["skipped"]) == 0:
+        # Nothing skipped at the full steps: the uncached image, bit for bit; something skipped, or fewer
+        # steps (measured against the full-step uncached image): a finite cost.
+        if peers_cases.is_fewer_steps(r):
+            assert r["skipped"] == [0] and r["calls"] == r["steps"] < 8, r
+            assert r["ideal"] == r["step_ideal"] == pytest.approx(8 / r["steps"]), r
+            assert r["mae_255"] > 0 and math.isfinite(r["psnr_db"]), r
+        elif max(r["skipped"]) == 0:
             assert r["ideal"] == 1.0 and r["mae_255"] == 0 and r["psnr_db"] is None, r
         else:
             assert r["ideal"] > 1.0 and r["mae_255"] > 0 and math.isfinite(r["psnr_db"]), r
@@ -140,6 +150,8 @@ def test_the_benchmark_writes_its_table_and_plot(quick, tmp_path, proxy, comfy_r
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 10_000
     assert drawn == {"turbo": list(dict.fromkeys(c.method for c in cases))}
     assert "| 8, 1 | EasyCache | 1.2 |" in peers_report.markdown_table(rows)
+    assert "| 5, 1 | fewer steps, dpmpp_2m | 5 |" in peers_report.markdown_table(rows)
+    assert written["comparisons"]["vs_fewer_steps"]["summary"]["turbo"]["node_settings"] > 0
 
 
 @proxy_tier
@@ -155,6 +167,10 @@ def test_the_projection_and_the_target_checks_come_from_the_measured_rows(quick,
     for peer in peers_cases.PEERS:  # a skipped call runs nothing: model calls without / with
         r = by_case[f"turbo {peer} {HIGH:g}"]
         assert r["projected"] == pytest.approx(r["step_ideal"]), r
+    for r in by_case.values():  # fewer steps: the uncached run's calls over its own
+        if peers_cases.is_fewer_steps(r):
+            assert r["projected"] == pytest.approx(8 / r["steps"]), r
+    assert comparisons["projected"]["vs_fewer_steps"]["rows"], comparisons["projected"]
     # The node computed the text path once per run, and its defaults cache: faster than caching off.
     assert by_case["turbo Cache-DiT caching off 0"]["text_computed"] == 1
     assert by_case["turbo Cache-DiT threshold 0.24"]["projected"] > by_case["turbo Cache-DiT caching off 0"]["projected"]
@@ -210,3 +226,160 @@ def test_a_caching_row_is_judged_by_the_confidence_interval_of_its_median_share(
     few = {"case": "turbo x", "ideal": 2.0, "times": [0.5, 0.5]}
     assert peers_checks.efficiency_check(few, {"times": [1.0, 1.0]}) == \
         "check: turbo x: 100% of its ideal over caching off (at least 90%: undecided (2 repeats))"
+
+
+def test_fewer_steps_run_at_every_call_count_the_node_fixes_and_across_the_thresholds():
+    cases = peers_cases.full_cases()
+    for regime, of in peers_cases.REGIMES.items():
+        of_regime = [c for c in cases if c.regime == regime]
+        euler = [c.steps for c in of_regime if c.method == peers_cases.FEWER_STEPS]
+        assert euler == sorted(euler, reverse=True) and all(1 < n < of.steps for n in euler), euler
+        # Every count a step mask or a forecast schedule fixes below the full steps has its euler row.
+        fixed = {planned_calls(c) for c in of_regime if peers_cases.is_node({"method": c.method})} - {None, of.steps}
+        assert fixed and fixed <= set(euler), (fixed, euler)
+        assert set(peers_cases.FEWER_STEPS_SPAN[regime]) <= set(euler)
+        multistep = [c for c in of_regime if peers_cases.is_multistep({"method": c.method})]
+        assert {c.sampler for c in multistep} == set(peers_cases.MULTISTEP_SAMPLERS)
+        assert {c.steps for c in multistep} <= set(euler)   # each beside an euler row at as many calls
+        for c in of_regime:
+            if peers_cases.is_fewer_steps({"method": c.method}):
+                assert (c.cfg, c.model, c.cache, c.peer) == (of.cfg, of.model, None, None), c
+    # What the presets say of themselves (adapters/forecast/forecast_settings.py) and cache-dit's masks
+    # compute, read from the pack's plans; Raw's masks compute more calls than the span names.
+    named = {c.setting: planned_calls(c) for c in cases if c.method == peers_cases.FORECAST_PRESETS}
+    assert named == {"turbo_5_of_8": 5, "turbo_4_of_8": 4, "raw_1_in_4": 13, "raw_1_in_5": 11}
+    masks = {(c.regime, c.setting): planned_calls(c) for c in cases if c.method == peers_cases.MASKS}
+    assert masks == {("turbo", "medium"): 6, ("turbo", "fast"): 5, ("turbo", "ultra"): 4,
+                     ("raw", "medium"): 30, ("raw", "fast"): 25, ("raw", "ultra"): 17}
+    assert {30, 25} <= {c.steps for c in cases if c.regime == "raw" and c.method == peers_cases.FEWER_STEPS}
+
+
+def test_each_regime_names_the_model_it_samples(monkeypatch, tmp_path):
+    from krea2_prompts import PROXY_MODEL
+
+    assert {regime.model for regime in peers_cases.REGIMES.values()} == {PROXY_MODEL}
+    monkeypatch.setitem(peers_cases.REGIMES, "turbo", peers_cases.Regime(8, 1.0, "krea2_turbo_proxy.safetensors"))
+    for made in (peers_cases.case("turbo", peers_cases.UNCACHED), peers_cases.fewer_steps_case("turbo", 4, "deis"),
+                 peers_cases.peer_case("turbo", peers_cases.EASYCACHE, 0.2)):
+        prompt = peers_sample.case_prompt(made, label=0, seed=0)
+        assert prompt["1"]["inputs"]["unet_name"] == "krea2_turbo_proxy.safetensors", prompt
+        assert prompt["6"]["inputs"]["sampler_name"] == made.sampler and prompt["6"]["inputs"]["steps"] == made.steps
+    assert peers_sample.case_prompt(peers_cases.case("raw", peers_cases.UNCACHED), 0, 0)["1"]["inputs"]["unet_name"] \
+        == PROXY_MODEL
+    # The entry links each model a case samples to its checkpoint, and refuses one it has none for.
+    spec = importlib.util.spec_from_file_location("peers_entry", REPO_ROOT / "benchmarks" / "peers.py")
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    (tmp_path / "models" / "diffusion_models").mkdir(parents=True)
+    checkpoint = tmp_path / "proxy.safetensors"
+    checkpoint.write_bytes(b"weights")
+    entry.link_models(tmp_path, [peers_cases.case("raw", peers_cases.UNCACHED)], {PROXY_MODEL: checkpoint})
+    assert (tmp_path / "models" / "diffusion_models" / PROXY_MODEL).resolve() == checkpoint
+    with pytest.raises(SystemExit, match="krea2_turbo_proxy.safetensors"):
+        entry.link_models(tmp_path, [peers_cases.case("turbo", peers_cases.UNCACHED)], {PROXY_MODEL: checkpoint})
+
+
+def fewer_row(case, method, wall, mae, steps, skipped=0, ideal=None, calls=None):
+    return {"case": case, "regime": "turbo", "method": method, "setting": "", "wall": wall, "mae_255": mae,
+            "steps": steps, "skipped": [skipped], "ideal": ideal or 8 / steps, "calls": calls or steps,
+            "cached_calls": skipped if method.startswith("Cache-DiT") else 0}
+
+
+def test_a_setting_meets_euler_between_its_step_counts_linear_in_speedup():
+    euler = peers_cases.FEWER_STEPS
+    rows = [fewer_row("uncached", peers_cases.UNCACHED, 1.0, 0.0, 8, ideal=1.0),
+            fewer_row("euler 6", euler, 4 / 3, 1.5, 6), fewer_row("euler 4", euler, 2.0, 4.5, 4),
+            fewer_row("dpmpp_2m 5", peers_cases.multistep_method("dpmpp_2m"), 1.6, 2.0, 5),
+            fewer_row("dpmpp_2m 4", peers_cases.multistep_method("dpmpp_2m"), 2.0, 1.0, 4),
+            fewer_row("node 1.5x", peers_cases.MASKS, 1.5, 2.0, 8, skipped=3, ideal=1.5),
+            fewer_row("node 2.5x", peers_cases.MASKS, 2.5, 9.0, 8, skipped=5, ideal=2.5),
+            fewer_row("node slowed", peers_cases.THRESHOLD, 0.9, 0.1, 8, skipped=1, ideal=1.1),
+            fewer_row("node off", peers_cases.CACHING_OFF, 1.1, 0.0, 8, ideal=1.0),
+            fewer_row("peer 1.9x", peers_cases.EASYCACHE, 1.9, 3.0, 8, skipped=4, ideal=2.0),
+            fewer_row("peer idle", peers_cases.LAZYCACHE, 1.0, 0.0, 8, ideal=1.0)]
+    found = peers_compare.vs_fewer_steps(rows)
+    by_case = {e["case"]: e for e in found["rows"]}
+    # Only the settings that skip work; not caching off, a peer that skipped nothing or fewer steps themselves.
+    assert list(by_case) == ["node 1.5x", "node 2.5x", "node slowed", "peer 1.9x"]
+    # 1.5x lies a quarter of the way in speedup from euler 6 (4/3x, MAE 1.5) to euler 4 (2x, MAE 4.5): 2.25.
+    e = by_case["node 1.5x"]
+    assert e["euler_mae_255"] == pytest.approx(2.25) and e["euler_between"] == ["euler 6", "euler 4"]
+    assert e["beats_euler"] is True and e["calls"] == 5
+    # The multistep sampler at the most steps among those as fast: dpmpp_2m 5, not the lower MAE at 4.
+    assert (e["multistep"], e["multistep_mae_255"], e["beats_multistep"]) == ("dpmpp_2m 5", 2.0, False)
+    # Faster than every fewer-steps row: no verdict; slower than uncached: the full steps are as fast.
+    assert by_case["node 2.5x"]["euler_mae_255"] is None and by_case["node 2.5x"]["beats_euler"] is None
+    assert by_case["node 2.5x"]["multistep"] is None
+    assert by_case["node slowed"]["euler_mae_255"] == 0.0 and by_case["node slowed"]["beats_euler"] is False
+    assert by_case["peer 1.9x"]["euler_mae_255"] == pytest.approx(1.5 + 3.0 * (1.9 - 4 / 3) / (2 / 3))
+    assert by_case["peer 1.9x"]["beats_euler"] is True and by_case["peer 1.9x"]["multistep"] == "dpmpp_2m 4"
+    assert found["summary"] == {"turbo": {
+        "node_settings": 3, "node_beat_euler": 1, "node_faster_than_euler": 1, "node_beat_multistep": 1,
+        "node_with_multistep": 2, "peer_settings": 1, "peer_beat_euler": 1, "peer_faster_than_euler": 0,
+        "peer_beat_multistep": 0, "peer_with_multistep": 1}}
+    # A table from before the fewer-steps rows (a --replot of an older run): nothing to set against.
+    assert peers_compare.vs_fewer_steps([r for r in rows if not peers_cases.is_fewer_steps(r)]) == \
+        {"rows": [], "summary": {}}
+
+
+@proxy_tier
+def test_each_multistep_sampler_makes_one_model_call_per_step(proxy_server):
+    """What the fewer-steps rows are priced by: a step of each sampler is one model call (cond and uncond
+    batched at CFG above 1), counted by the node caching nothing; heun, two calls a step, shows the count."""
+    listed = proxy_server.get("/object_info/KSampler")["KSampler"]["input"]["required"]["sampler_name"][0]
+    assert set(peers_cases.MULTISTEP_SAMPLERS) <= set(listed), listed
+    for regime in peers_cases.REGIMES.values():
+        for sampler in ("euler", *peers_cases.MULTISTEP_SAMPLERS, "heun"):
+            made = peers_cases.PeerCase("calls", 5, regime.cfg, {"residual_diff_threshold": 0.0}, sampler=sampler,
+                                        model=regime.model)
+            stats = peers_sample.run_prompt(proxy_server, peers_sample.case_prompt(made, label=0, seed=0)).stats
+            assert stats["status"] == "ok" and stats["steps"] == 5, stats
+            assert stats["calls"] == (9 if sampler == "heun" else 5), (sampler, regime, stats["calls"])
+            assert stats["cfg_mode"] == ("batched" if regime.cfg > 1 else "none"), (sampler, stats["cfg_mode"])
+
+
+@proxy_tier
+def test_fewer_steps_are_measured_against_the_full_step_uncached_image(quick, proxy_server, proxy):
+    cases, rows = quick
+    by_name = {c.name: c for c in cases}
+    image = peers_cases.IMAGES[0]
+    uncached = peers_sample.run_case(proxy_server, by_name["turbo uncached"], image)
+    euler = peers_sample.run_case(proxy_server, by_name["turbo fewer steps, euler 5"], image)
+    mae, _ = mae_255_and_mse(proxy.decode(euler.latent), proxy.decode(uncached.latent))
+    assert rows["turbo fewer steps, euler 5"]["mae_255"] == pytest.approx(mae, rel=1e-6) and mae > 0
+    # Fewer steps move away from the full-step image; another sampler at the same steps lands elsewhere.
+    assert 0 < rows["turbo fewer steps, euler 6"]["mae_255"] < rows["turbo fewer steps, euler 4"]["mae_255"]
+    assert rows["turbo fewer steps, dpmpp_2m 5"]["mae_255"] != rows["turbo fewer steps, euler 5"]["mae_255"]
+
+
+@proxy_tier
+def test_every_setting_that_skips_work_is_set_against_fewer_steps(quick):
+    _, rows = quick
+    all_rows = list(rows.values())
+    found = peers_compare.head_to_head(all_rows)["vs_fewer_steps"]
+    skipping = [r["case"] for r in all_rows if (peers_cases.is_node(r) and r["ideal"] > 1.0)
+                or (r["method"] in peers_cases.PEERS and max(r["skipped"]) > 0)]
+    assert [e["case"] for e in found["rows"]] == skipping and skipping
+    node = [e for e in found["rows"] if e["side"] == "node"]
+    assert found["summary"]["turbo"]["node_settings"] == len(node)
+    # Measured speedups on a busy CPU: a setting may outrun every fewer-steps row (no verdict then).
+    matched = [e for e in node if e["euler_mae_255"] is not None]
+    assert found["summary"]["turbo"]["node_faster_than_euler"] == len(node) - len(matched)
+    assert found["summary"]["turbo"]["node_beat_euler"] == sum(e["mae_255"] < e["euler_mae_255"] for e in matched)
+    # At equal calls (report only): the preset meets euler at its own 5 steps; the defaults' calls fall
+    # between the uncached run (8 calls, MAE 0) and euler 6, linear in model calls without / with.
+    checks = peers_checks.fewer_steps_checks(all_rows)
+    preset = next(line for line in checks if "turbo_5_of_8" in line)
+    euler5 = rows["turbo fewer steps, euler 5"]["mae_255"]
+    assert "5 of 8 calls computed" in preset and f"against euler at as many calls {euler5:.2f}/255" in preset, preset
+    assert "best multistep at the nearest count with as few calls: dpmpp_2m 5" in preset, preset
+    defaults = rows["turbo Cache-DiT threshold 0.24"]
+    expected = rows["turbo fewer steps, euler 6"]["mae_255"] * (defaults["step_ideal"] - 1) / (8 / 6 - 1)
+    (line,) = [line for line in checks if "(defaults)" in line]
+    assert line.startswith("check: turbo (equal calls): Cache-DiT threshold 0.24 (defaults): ")
+    assert f"against euler at as many calls {expected:.2f}/255" in line, (line, expected)
+    assert line.endswith("(report only: the node lower)" if defaults["mae_255"] < expected else
+                         "(report only: fewer steps as low or lower)"), line
+    table = peers_compare.fewer_steps_lines(peers_compare.head_to_head(all_rows))
+    assert any(line.startswith("| turbo Cache-DiT threshold 0.24 (defaults) | ") for line in table), table
+    assert any(line.startswith("turbo (measured): ") and "node settings that skip work" in line for line in table)
