@@ -36,16 +36,18 @@ from peers.report import conditions, report  # noqa: E402
 from peers.runner import OWN_COST_PAIRS, measure, measure_own_cost  # noqa: E402
 
 from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
-from krea2_prompts import PROXY_MODEL  # noqa: E402
+from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL  # noqa: E402
 
 RESULTS_DIR = BENCH_DIR / "results"
 
 
 def model_checkpoints(proxy) -> dict[str, Path]:
-    """The checkpoint behind each model file name a regime samples (``cases.Regime.model``). Today every
-    regime samples the trained proxy; a regime pointed at another checkpoint names it here. The images
-    of every regime are decoded with the proxy's decoder (one latent space)."""
-    return {PROXY_MODEL: proxy.checkpoint}
+    """The checkpoint behind each model file name a regime samples (``cases.Regime.model``): the trained
+    proxy and the Turbo proxy distilled from it. The images of every regime are decoded with the proxy's
+    decoder (the distilled proxy shares its latent space)."""
+    from krea2_turbo_proxy import ensure_turbo_proxy
+
+    return {PROXY_MODEL: proxy.checkpoint, TURBO_PROXY_MODEL: ensure_turbo_proxy(quiet=True).checkpoint}
 
 
 def link_models(base: Path, cases, checkpoints: dict) -> None:

@@ -92,7 +92,7 @@ PROXY_THRESHOLDS = (0.12, 0.32, 0.48)  # the sweep around the default 0.24
 FEWER_STEPS = "fewer steps: euler"      # plain euler at fewer steps, no node (its case names: "... euler 5")
 
 
-FORECAST_PRESETS = {8: ("turbo_5_of_8", "turbo_4_of_8"), 52: ("raw_1_in_4", "raw_1_in_5", "spectrum_paper")}
+FORECAST_PRESETS = {8: ("turbo_5_of_8", "turbo_4_of_8"), 52: ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52", "spectrum_paper")}
 
 
 def proxy_cases() -> list[Case]:

@@ -62,6 +62,7 @@ def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache
 FORECAST_NODE = "CacheDiTSpectrum"
 # The forecasting node's ``custom`` settings (its ``preset`` dynamic combo's inputs), as the node defaults them.
 FORECAST_CUSTOM_DEFAULTS = {"forecast": "spectrum", "chebyshev_degree": 4, "ridge_lambda": 0.1, "blend_w": 1.0,
+                            "extrapolation": 1.0,
                             "warmup_steps": 5, "window_size": 2.0, "window_growth": 0.75, "final_computed_steps": 0}
 
 
@@ -117,6 +118,7 @@ def guided_prompt(guider: dict, *, steps=8, sampler="euler", cache: dict | None 
 
 
 PROXY_MODEL = "krea2_proxy.safetensors"                # the small trained Krea-2 (devkit/krea2_proxy.py)
+TURBO_PROXY_MODEL = "krea2_turbo_proxy.safetensors"    # the proxy distilled for 8 steps at CFG 1 (krea2_turbo_proxy.py)
 PROXY_RANDOM_MODEL = "krea2_proxy_random.safetensors"  # seeded-random weights of the proxy's shape
 PROXY_SIZE = 128
 

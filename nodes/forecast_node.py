@@ -36,6 +36,9 @@ def _custom_inputs() -> list[io.Input]:
         io.Float.Input("blend_w", default=f.blend_w, min=0.0, max=1.0, step=0.05, tooltip=(
             "spectrum: the Chebyshev fit's share against the linear extrapolation (1: the paper's predictor; "
             "the official code suggests 0.5 to 1).")),
+        io.Float.Input("extrapolation", default=f.extrapolation, min=0.0, max=1.0, step=0.05, tooltip=(
+            "linear / quadratic (and spectrum's linear share): how far the forecast follows the last computed "
+            "steps' trend: 1 in full, 0 holds the last computed step (close to what fewer steps would do).")),
         io.Int.Input("warmup_steps", default=s.warmup_steps, min=0, max=1000,
                      tooltip="Steps at the start that are always computed."),
         io.Float.Input("window_size", default=s.window_size, min=1.0, max=100.0, step=0.25, tooltip=(
@@ -59,7 +62,7 @@ def settings_from(preset: dict) -> ForecastSettings:
     if name != CUSTOM:
         return ForecastSettings.from_preset(name)
     forecast = Forecaster(preset["forecast"], preset["chebyshev_degree"], preset["ridge_lambda"],
-                                preset["blend_w"])
+                          preset["blend_w"], preset["extrapolation"])
     schedule = ForecastSchedule(preset["warmup_steps"], preset["window_size"], preset["window_growth"],
                                 preset["final_computed_steps"])
     return ForecastSettings(CUSTOM, forecast, schedule)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from speedup import Case, planned_calls  # also puts devkit/ on the path and loads the pack
-from krea2_prompts import PROXY_MODEL
+from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 from projection import UNCACHED
 from projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
 
@@ -26,7 +26,9 @@ class Regime:
 
 # The core nodes' own defaults besides the threshold (their reuse_threshold default is 0.2).
 PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
-REGIMES = {"turbo": Regime(8, 1.0), "raw": Regime(52, 3.5)}
+# Turbo-like runs sample the proxy distilled for 8 steps at CFG 1, as Krea-2 Turbo is; Raw-like runs the
+# trained proxy it was distilled from.
+REGIMES = {"turbo": Regime(8, 1.0, TURBO_PROXY_MODEL), "raw": Regime(52, 3.5)}
 
 # UNCACHED and CACHING_OFF_FULL_TEXT (the node with caching off and the text path on every call: its
 # own per-call cost) are named in projection.py, which prices rows by them.
@@ -48,7 +50,7 @@ NODE_DEFAULT_THRESHOLD = 0.24
 FORECAST_PRESETS = "Cache-DiT forecast presets"
 SPECTRUM_PUBLISHED = "Cache-DiT Spectrum as published"
 FORECAST_LINEAR = "Cache-DiT forecast, linear, window N"
-FORECAST_PRESET_NAMES = {"turbo": ("turbo_5_of_8", "turbo_4_of_8"), "raw": ("raw_1_in_4", "raw_1_in_5")}
+FORECAST_PRESET_NAMES = {"turbo": ("turbo_5_of_8", "turbo_4_of_8"), "raw": ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52")}
 PUBLISHED_PRESETS = ("spectrum_paper", "spectrum_paper_fast")
 LINEAR_WINDOWS = {"turbo": (2.0, 3.0, 4.0), "raw": (3.0, 4.0, 6.0, 8.0)}
 

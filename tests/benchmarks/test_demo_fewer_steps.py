@@ -26,15 +26,16 @@ def test_the_demo_runs_euler_at_the_calls_of_its_masks_and_presets():
         "fewer steps: euler 5": 5, "fewer steps: euler 4": 4,   # steps_mask fast, turbo_5_of_8 / ultra, turbo_4_of_8
         "raw fewer steps: euler 30": 30, "raw fewer steps: euler 25": 25,   # steps_mask medium / fast
         "raw fewer steps: euler 14": 14, "raw fewer steps: euler 13": 13,   # spectrum_paper / raw_1_in_4
-        "raw fewer steps: euler 11": 11}                                     # raw_1_in_5
+        "raw fewer steps: euler 11": 11,                                     # raw_1_in_5
+        "raw fewer steps: euler 8": 8}                                       # raw_8_of_52
     for name, c in fewer.items():
         assert c.cache is None and c.forecast is None, c
         reference = cases[speedup.reference_case(name)]
         assert reference.cache is None and reference.steps > c.steps and reference.cfg == c.cfg, (c, reference)
     # The presets' own counts (adapters/forecast/forecast_settings.py); a threshold fixes none in advance.
     assert [planned_calls(cases[f"forecast {p}"]) for p in ("turbo_5_of_8", "turbo_4_of_8")] == [5, 4]
-    assert [planned_calls(cases[f"raw forecast {p}"]) for p in ("raw_1_in_4", "raw_1_in_5", "spectrum_paper")] == \
-        [13, 11, 14]
+    assert [planned_calls(cases[f"raw forecast {p}"]) for p in ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52", "spectrum_paper")] \
+        == [13, 11, 8, 14]
     assert planned_calls(cases["node defaults"]) is None and planned_calls(cases["caching off"]) == 8
     # A mask cache-dit has no plan for at this step count: the node runs on its threshold alone.
     assert planned_calls(Case("odd", 5, 1.0, {"steps_mask": "fast"})) is None

@@ -247,7 +247,8 @@ def test_fewer_steps_run_at_every_call_count_the_node_fixes_and_across_the_thres
     # What the presets say of themselves (adapters/forecast/forecast_settings.py) and cache-dit's masks
     # compute, read from the pack's plans; Raw's masks compute more calls than the span names.
     named = {c.setting: planned_calls(c) for c in cases if c.method == peers_cases.FORECAST_PRESETS}
-    assert named == {"turbo_5_of_8": 5, "turbo_4_of_8": 4, "raw_1_in_4": 13, "raw_1_in_5": 11}
+    assert named == {"turbo_5_of_8": 5, "turbo_4_of_8": 4, "raw_1_in_4": 13, "raw_1_in_5": 11,
+                     "raw_8_of_52": 8}
     masks = {(c.regime, c.setting): planned_calls(c) for c in cases if c.method == peers_cases.MASKS}
     assert masks == {("turbo", "medium"): 6, ("turbo", "fast"): 5, ("turbo", "ultra"): 4,
                      ("raw", "medium"): 30, ("raw", "fast"): 25, ("raw", "ultra"): 17}

@@ -43,6 +43,7 @@ def test_final_computed_steps_keep_the_end_computed():
 
 @pytest.mark.parametrize("preset, steps, count", [
     ("turbo_5_of_8", 8, 5), ("turbo_4_of_8", 8, 4), ("raw_1_in_4", 52, 13), ("raw_1_in_5", 52, 11),
+    ("raw_8_of_52", 52, 8),
     ("spectrum_paper", 50, 14), ("spectrum_paper_fast", 50, 10)])
 def test_each_preset_computes_what_its_summary_says(preset, steps, count):
     assert sum(plan_forecast_run(ForecastSettings.from_preset(preset), steps).mask) == count
@@ -97,6 +98,35 @@ def test_linear_and_quadratic_extrapolate_from_the_last_computed_steps():
     # Linear: the last two points' line, at the step (in units of their spacing).
     assert float(linear.forecast(5)) == pytest.approx(float(path(4) + (path(4) - path(2)) / 2))
     assert float(quadratic.forecast(6)) == pytest.approx(float(path(6)))   # exact for a parabola on even steps
+
+
+def test_extrapolation_goes_its_share_of_the_way_and_zero_holds():
+    path = lambda s: torch.tensor([3.0 + 2.0 * s], dtype=torch.float64)  # noqa: E731
+    shares = {}
+    for share in (0.0, 0.6, 1.0):
+        history = FeatureHistory(Forecaster("linear", extrapolation=share), 8)
+        for step in (0, 2):
+            history.add(step, path(step))
+        shares[share] = float(history.forecast(5))
+    assert shares[1.0] == pytest.approx(float(path(5)))            # a line, extrapolated in full
+    assert shares[0.0] == pytest.approx(float(path(2)))            # the last computed step, held
+    assert shares[0.6] == pytest.approx(float(path(2)) + 0.6 * (float(path(5)) - float(path(2))))
+
+
+def test_a_linear_forecast_holds_its_one_computed_step_and_never_hands_out_its_own_tensor():
+    history = FeatureHistory(Forecaster("linear"), 8)
+    first = torch.tensor([1.0, -2.0])
+    history.add(0, first)
+    assert history.ready
+    held = history.forecast(1)
+    assert torch.equal(held, first) and held.data_ptr() != first.data_ptr()
+    assert not FeatureHistory(Forecaster("quadratic"), 8).ready   # its order needs three
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_an_extrapolation_outside_zero_to_one_is_refused_naming_it(share):
+    with pytest.raises(ValueError, match="extrapolation"):
+        Forecaster("linear", extrapolation=share)
 
 
 def test_the_blend_is_the_convex_mix_of_the_two():

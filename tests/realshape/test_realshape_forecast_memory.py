@@ -24,7 +24,7 @@ pytestmark = pytest.mark.tier("realshape")
 WIDTH, TEXT_TOKENS = 6144, 128
 FEATURE = (1, (1024 // 16) ** 2 + TEXT_TOKENS, WIDTH)   # one stream's feature at 1024x1024
 # The steps each preset is made for (docs/nodes.md's preset table).
-STEPS = {"turbo_5_of_8": 8, "turbo_4_of_8": 8, "raw_1_in_4": 52, "raw_1_in_5": 52, "spectrum_paper": 50,
+STEPS = {"turbo_5_of_8": 8, "turbo_4_of_8": 8, "raw_1_in_4": 52, "raw_1_in_5": 52, "raw_8_of_52": 52, "spectrum_paper": 50,
          "spectrum_paper_fast": 50}
 NODES_DOC = REPO_ROOT / "docs" / "nodes.md"
 
