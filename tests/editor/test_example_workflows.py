@@ -44,16 +44,12 @@ CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 # Model-file widgets hold Comfy-Org's file names (the server here has none of those files), each with the URL
 # it downloads from (the editor offers the download from the node's properties.models).
 KREA2_ORG = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main/"
-ZIMAGE_ORG = "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/"
 KREA2_TEXT_AND_VAE = {name: f"{KREA2_ORG}{directory}/{name}" for name, directory in (
     ("qwen3vl_4b_bf16.safetensors", "text_encoders"), ("qwen_image_vae.safetensors", "vae"))}
 TURBO_FILES = {"krea2_turbo_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_turbo_bf16.safetensors",
                **KREA2_TEXT_AND_VAE}
 RAW_FILES = {"krea2_raw_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_raw_bf16.safetensors",
              **KREA2_TEXT_AND_VAE}
-ZIMAGE_FILES = {name: f"{ZIMAGE_ORG}{directory}/{name}" for name, directory in (
-    ("z_image_turbo_bf16.safetensors", "diffusion_models"), ("qwen_3_4b.safetensors", "text_encoders"),
-    ("ae.safetensors", "vae"))}
 MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"),
                  ("CheckpointLoaderSimple", "ckpt_name"), ("CLIPLoader", "clip_name"),
                  ("DualCLIPLoader", "clip_name1"), ("DualCLIPLoader", "clip_name2"), ("VAELoader", "vae_name"),
@@ -117,10 +113,6 @@ EXPECTED = {
     "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", TURBO_FILES,
                                              loader="Krea2DiffusersLoader"),
     "krea2_turbo_compare.json": Example(8, 1.0, KREA2, TURBO_FILES),
-    # Z-Image Turbo's usual recipe: 9 steps at CFG 1, res_multistep, ModelSamplingAuraFlow shift 3.
-    "zimage_turbo_compare.json": Example(9, 1.0, "Z-Image / Lumina 2 (ComfyUI native)", ZIMAGE_FILES,
-                                         sampler="res_multistep", clip_type="lumina2", cache_node="CacheDiTDBCache",
-                                         stand_in="zimage", vae="flux"),
     # Every other family's compare template: one entry each in devkit/example_templates.py.
     **{name: Example.of(template) for name, template in FAMILY_TEMPLATES.items()},
 }
