@@ -8,6 +8,7 @@ calls a step as this one did, evaluates at least as many blocks.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -16,6 +17,7 @@ import pytest
 from cache_runs import (COND, FAST, FAST_MASK_CACHED, OFF, SHAPE, SIGMAS, STEPS, UNCOND, Stream, forward, open_run,
                         record_of, run_single, run_split, seeded_transformer)
 from comfy_harness import strict_loads
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
 from krea2_cachedit.adapters.record.run_record import RunMeta, skipped_record
 from test_cache_run import run_batched
 from test_forecast_run import TURBO, TURBO_FORECAST, sample_single, sample_split
@@ -124,3 +126,47 @@ def test_a_run_left_uncached_says_nothing_of_its_calls():
     data = record.as_dict()
     assert (data["full_calls"], data["equal_cost_steps"]) == (None, None)
     assert strict_loads(json.dumps(data)) == data
+
+
+# --- before the run: what a template's fewer-steps branch is set to -----------------------------------------------
+
+def plan_of(settings: DBCacheSettings):
+    return plan_run(settings, STEPS, BLOCKS, "n")
+
+
+@pytest.mark.parametrize("mask", ["slow", "medium", "fast", "ultra"])
+def test_a_step_mask_fixes_the_step_count_before_the_run(transformer, mask):
+    settings = DBCacheSettings(steps_mask=mask)
+    plan = plan_of(settings)
+    record = record_of(run_single(transformer, settings, Stream(COND, 1)))
+    assert plan.fixes_its_steps and plan.most_cached_steps() == record.cached_steps
+    assert plan.equal_cost_steps((BLOCKS,)) == record.equal_cost_steps
+
+
+def test_a_threshold_caches_at_most_what_the_rules_leave_it(transformer):
+    """The loosest threshold caches every step the warmup and the limits allow: the plan's bound. A tighter one
+    caches fewer, and the run costs as many steps or more."""
+    loose = DBCacheSettings(residual_diff_threshold=2.0, max_warmup_steps=2, max_continuous_cached_steps=2)
+    plan = plan_of(loose)
+    record = record_of(run_single(transformer, loose, Stream(COND, 1)))
+    assert not plan.fixes_its_steps and plan.most_cached_steps() == record.cached_steps == [2, 3, 5, 6]
+    assert plan.equal_cost_steps((BLOCKS,)) == record.equal_cost_steps
+    tight = dataclasses.replace(loose, residual_diff_threshold=0.5)
+    record = record_of(run_single(transformer, tight, Stream(COND, 1)))
+    assert set(record.cached_steps) < set(plan.most_cached_steps()), record.residual_diffs
+    assert record.equal_cost_steps >= plan_of(tight).equal_cost_steps((BLOCKS,))
+
+
+def test_threshold_zero_caches_nothing_and_costs_every_step():
+    plan = plan_of(DBCacheSettings(residual_diff_threshold=0.0))
+    assert plan.fixes_its_steps and plan.most_cached_steps() == [] and plan.equal_cost_steps((BLOCKS,)) == STEPS
+
+
+def test_each_block_list_runs_its_own_fn_blocks_in_a_cached_call():
+    """Flux.1's 19 double and 38 single blocks, 20 steps at the defaults: the 12 steps the rules leave the threshold
+    cost 2 blocks each, 24 of a step's 57, so 8 computed steps and one more."""
+    plan = plan_run(DBCacheSettings(), 20, 57, "n")
+    assert len(plan.most_cached_steps()) == 12 and plan.equal_cost_steps((19, 38)) == 9
+    # Where the cached calls' blocks add up to more than a step: 12 cached steps at Fn 3 in both lists cost 72 blocks.
+    plan = plan_run(DBCacheSettings(Fn_compute_blocks=3), 20, 57, "n")
+    assert plan.equal_cost_steps((19, 38)) == 8 + 2
