@@ -17,19 +17,30 @@ encoder loader (``text_encoder_loader``) reads the checkpoint too (LTXAVTextEnco
 
 A model split in two experts (Wan 2.2 A14B: ``low_noise``) gets a loader, a shift and a cache node per expert, and
 two KSamplerAdvanced per branch: the high-noise one from step 0 to ``split_step``, the low-noise one from there on.
+
+Every compare template has a third branch: the same graph without the cache at fewer steps (``fewer_steps``), the
+step count whose uncached run costs as many block evaluations as the cached run, as the pack's own plan states it
+before the run for the cache settings and the real model's block lists (``blocks``); a second compare node sets it
+against the uncached image.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from comfy_harness import load_pack
 from family_prompts import CHROMA, FLUX, HUNYUAN
+
+load_pack()  # the pack's own plan says how many steps cost as much as the cached run
+
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run  # noqa: E402
 
 HF = "https://huggingface.co"
 WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
 HUNYUAN15 = "Comfy-Org/HunyuanVideo_1.5_repackaged"
 MINIMAX_H3 = f"{HF}/Comfy-Org/MiniMax-H3/resolve/main"
 LTX2 = f"{HF}/Lightricks/LTX-2/resolve/main"
+ZIMAGE = "Comfy-Org/z_image_turbo"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +77,9 @@ class FamilyTemplate:
     vae_file: ModelFile | None       # None: the VAE of the model's checkpoint (a model in ``checkpoints``)
     steps: int
     cfg: float
+    # The real model's transformer blocks per block list (each its own cache context), from its published
+    # configuration: what a cached call's Fn blocks weigh against a full call in the fewer-steps branch.
+    blocks: tuple[int, ...]
     sampler: str = "euler"
     scheduler: str = "simple"
     latent: str = "EmptySD3LatentImage"
@@ -110,11 +124,28 @@ class FamilyTemplate:
         return "DualCLIPLoader", {"clip_name1": self.text_encoders[0].name, "clip_name2": self.text_encoders[1].name,
                                   "type": self.clip_type, "device": "default"}
 
+    def stages(self) -> list[tuple[int, int]]:
+        """(start, end) of the steps each expert's cached run samples, in turn; one model: all of them."""
+        return [(0, self.steps)] if self.low_noise is None else [(0, self.split_step), (self.split_step, self.steps)]
+
     @property
     def files(self) -> tuple[ModelFile, ...]:
         """Every file it loads, models first."""
         return (self.model, *([self.low_noise] if self.low_noise else []), *self.text_encoders,
                 *([self.vae_file] if self.vae_file else []))
+
+
+# Krea-2's 28 transformer blocks, one list (the real architecture, docs/gpu-check.md): for krea2_turbo_compare.
+KREA2_BLOCKS = (28,)
+
+
+def fewer_steps(cache_widgets: dict, steps: int, blocks: tuple[int, ...]) -> tuple[int, bool]:
+    """The steps of a compare template's fewer-steps branch for a cache node with these widgets sampling ``steps``
+    steps of a model with ``blocks`` per block list: the record's ``equal_cost_steps`` as the pack's plan states it
+    before the run, and whether that is exact (the settings fix the steps cached: a step mask) or the fewest the
+    settings allow (the threshold decides at run time; the run costs as much or more)."""
+    plan = plan_run(DBCacheSettings(**cache_widgets), steps, sum(blocks), "the cache node")
+    return plan.equal_cost_steps(blocks), plan.fixes_its_steps
 
 
 NEGATIVE = "blurry, low quality, distorted, watermark, text"
@@ -133,6 +164,7 @@ FAMILY_TEMPLATES = {
                                  f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors")),
         clip_type="flux", vae_file=split_file("Comfy-Org/Lumina_Image_2.0_Repackaged", "vae", "ae.safetensors"),
         steps=20, cfg=1.0, guidance=3.5,
+        blocks=(19, 38),   # Flux.1 dev: 19 double and 38 single blocks
         recipe=("Comfy-Org's Flux.1 dev template: 20 steps, CFG 1, guidance 3.5 (its template sets it in "
                 "CLIPTextEncodeFlux; here FluxGuidance), euler, simple."),
         evidence=("cache-dit's own figures for FLUX.1-dev (diffusers, 50 steps, DrawBench, NVIDIA L20): its "
@@ -149,6 +181,7 @@ FAMILY_TEMPLATES = {
         text_encoders=(split_file("Comfy-Org/flux2-klein", "text_encoders", "qwen_3_4b.safetensors"),),
         clip_type="flux2", vae_file=split_file("Comfy-Org/flux2-dev", "vae", "flux2-vae.safetensors"),
         steps=4, cfg=1.0, latent="EmptyFlux2LatentImage", cache={"steps_mask": "slow"},
+        blocks=(5, 20),   # Flux.2 Klein 4B: 5 double and 20 single blocks
         recipe=("Klein 4B is distilled to 4 steps at CFG 1 (Comfy-Org's template samples them with its "
                 "Flux2Scheduler; here a KSampler, euler, simple)."),
         evidence=("No published cache-dit figures for Flux.2 Klein are known to this pack. At 4 steps the "
@@ -165,6 +198,7 @@ FAMILY_TEMPLATES = {
         clip_type="qwen_image",
         vae_file=split_file("Comfy-Org/Qwen-Image_ComfyUI", "vae", "qwen_image_vae.safetensors"),
         steps=20, cfg=4.0, shift=("ModelSamplingAuraFlow", 3.5), negative=NEGATIVE,
+        blocks=(60,),   # Qwen-Image: 60 blocks
         recipe="Comfy-Org's Qwen-Image template: 20 steps, CFG 4, euler, simple, shift 3.5.",
         evidence=("cache-dit's own Qwen-Image figures are for other runs than this one: 50 steps on an H100 "
                   "together with 2-GPU Ulysses and FlashAttention-3 (12.75 s to 5.67 s with its cache), and "
@@ -176,6 +210,22 @@ FAMILY_TEMPLATES = {
                      "没有针对此配方的数据：这里用的是节点默认值（Krea-2 的）；请在这里判断。"),
         # The stand-in is shallow but 3072 wide (ComfyUI detects Qwen-Image only at full width): ~1 s a call.
         stand_in_steps=6),
+    "zimage_turbo_compare.json": FamilyTemplate(
+        title="Z-Image Turbo", family="Z-Image / Lumina 2 (ComfyUI native)", stand_in="zimage", vae="flux",
+        model=split_file(ZIMAGE, "diffusion_models", "z_image_turbo_bf16.safetensors"),
+        text_encoders=(split_file(ZIMAGE, "text_encoders", "qwen_3_4b.safetensors"),),
+        clip_type="lumina2", vae_file=split_file(ZIMAGE, "vae", "ae.safetensors"),
+        steps=9, cfg=1.0, sampler="res_multistep", shift=("ModelSamplingAuraFlow", 3.0),
+        blocks=(30,),   # Z-Image Turbo: 30 main layers (its refiners are not cached)
+        recipe="ComfyUI's Z-Image Turbo recipe: 9 steps at CFG 1 (one call per step), res_multistep, simple, shift 3.",
+        evidence=("cache-dit's own Z-Image-Turbo figure is a speed figure only, with no image deviation (9 steps, "
+                  "1024x1024 on 4 NVIDIA L20 with Ulysses and FP8 all-to-all: 1.89 s to 1.63 s with F1B0, warmup 4, "
+                  "threshold 0.6 and a step mask). The settings are the node's defaults (Krea-2's): judge them here, "
+                  "on your own prompts."),
+        recipe_zh="ComfyUI 的 Z-Image Turbo 配方：CFG 1 下 9 步（每步一次模型调用），res_multistep，simple，shift 3。",
+        evidence_zh=("cache-dit 自己的 Z-Image-Turbo 数据只是速度数据，没有图像偏差（9 步，1024x1024，4 张 NVIDIA L20，Ulysses 加 FP8 "
+                     "all-to-all：F1B0、预热 4、阈值 0.6 加步骤掩码时从 1.89 s 降到 1.63 s）。这里用的是节点默认值（Krea-2 的）：请在这里用你自己的"
+                     "提示词判断。")),
     "chroma_compare.json": FamilyTemplate(
         title="Chroma1-HD", family=CHROMA, stand_in="chroma", vae="flux",
         model=ModelFile("Chroma1-HD-fp8_scaled_rev2.safetensors", "diffusion_models",
@@ -185,6 +235,7 @@ FAMILY_TEMPLATES = {
                                  "t5xxl_fp8_e4m3fn_scaled.safetensors"),),
         clip_type="chroma", vae_file=split_file("Comfy-Org/Lumina_Image_2.0_Repackaged", "vae", "ae.safetensors"),
         steps=26, cfg=3.5, scheduler="beta", shift=("ModelSamplingAuraFlow", 1.0), negative=NEGATIVE,
+        blocks=(19, 38),   # Chroma1-HD: Flux.1's 19 double and 38 single blocks
         recipe=("Comfy-Org's Chroma1-HD template: 26 steps, CFG 3.5, euler, beta, shift 1 (its template samples "
                 "them with SamplerCustomAdvanced; here a KSampler)."),
         evidence=NO_FIGURES.format(model="Chroma"),
@@ -201,17 +252,18 @@ FAMILY_TEMPLATES = {
                                   "umt5_xxl_fp8_e4m3fn_scaled.safetensors"),),
         clip_type="wan", vae_file=split_file(WAN22, "vae", "wan_2.1_vae.safetensors"),
         steps=20, cfg=3.5, shift=("ModelSamplingSD3", 8.0), negative=NEGATIVE, split_step=10,
+        blocks=(40,),   # Wan 2.2 A14B: 40 blocks in each expert
         latent="EmptyHunyuanLatentVideo", latent_size={"width": 832, "height": 480, "length": 81},
         recipe=("Comfy-Org's Wan 2.2 14B text-to-video template: 20 steps, CFG 3.5, euler, simple, shift 8 on "
                 "both experts, the high-noise model for steps 0-10 and the low-noise one for 10-20 "
                 "(KSamplerAdvanced). Its video is 1280x704, 121 frames; here 832x480, 81 frames, since the "
-                "graph samples it twice. Each frame is saved as an image; for a video file, add CreateVideo "
+                "graph samples it three times. Each frame is saved as an image; for a video file, add CreateVideo "
                 "and SaveVideo after a VAE Decode."),
         evidence=("Each expert gets its own cache node (the two are different models, and the record of each "
                   "run is its own: the high-noise run's 10 steps, then the low-noise run's 10). "
                   + NO_FIGURES.format(model="Wan 2.2")),
         recipe_zh=("Comfy-Org 的 Wan 2.2 14B 文生视频模板：20 步，CFG 3.5，euler，simple，两个专家模型都用 shift 8，高噪声模型负责第 0-10 步，"
-                   "低噪声模型负责第 10-20 步（KSamplerAdvanced）。其视频为 1280x704、121 帧；这里为 832x480、81 帧，因为此工作流要采样两次。"
+                   "低噪声模型负责第 10-20 步（KSamplerAdvanced）。其视频为 1280x704、121 帧；这里为 832x480、81 帧，因为此工作流要采样三次。"
                    "每一帧保存为图片；要得到视频文件，在 VAE 解码后加 CreateVideo 和 SaveVideo。"),
         evidence_zh=("每个专家模型有自己的缓存节点（两者是不同的模型，每次运行的记录各自独立：先是高噪声运行的 10 步，再是低噪声运行的 10 步）。"
                      + NO_FIGURES_ZH.format(model="Wan 2.2")),
@@ -224,6 +276,7 @@ FAMILY_TEMPLATES = {
         clip_type="hunyuan_video_15",
         vae_file=split_file(HUNYUAN15, "vae", "hunyuanvideo15_vae_fp16.safetensors"),
         steps=20, cfg=6.0, shift=("ModelSamplingSD3", 7.0), negative="",
+        blocks=(54,),   # HunyuanVideo 1.5: 54 double blocks, no single ones
         latent="EmptyHunyuanVideo15Latent", latent_size={"width": 848, "height": 480, "length": 121},
         recipe=("Comfy-Org's HunyuanVideo 1.5 720p text-to-video template: 20 steps, CFG 6, euler, simple, shift 7, "
                 "an empty negative prompt, 848x480 and 121 frames (its template samples them with "
@@ -240,6 +293,7 @@ FAMILY_TEMPLATES = {
         text_encoders=(ModelFile("t5xxl_fp16.safetensors", "text_encoders",
                                  f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors"),),
         clip_type="ltxv", vae_file=None, steps=30, cfg=3.0,
+        blocks=(28,),   # LTX-Video 2B: 28 blocks
         prompt=("A weathered lighthouse stands on a dark basalt cliff at dusk. Warm light glows in the lantern room "
                 "while long waves roll in and break white against the rocks below, spray drifting up through a soft "
                 "mist. The camera slowly pushes in from the sea toward the cliff, low over the water. The sky fades "
@@ -270,6 +324,7 @@ FAMILY_TEMPLATES = {
         vae_file=ModelFile("minimax_h3_video_vae_fp16.safetensors", "vae",
                            f"{MINIMAX_H3}/vae/minimax_h3_video_vae_fp16.safetensors"),
         steps=20, cfg=1.0, sampler="res_multistep",
+        blocks=(50,),   # MiniMax H3: 50 blocks (the default of ComfyUI's MiniMaxH3Model)
         prompt=("Realistic live-action look, dusk: a weathered lighthouse on a basalt cliff, warm light in the lantern "
                 "room, waves breaking white on the rocks below, soft mist. [0s-2.5s] A slow aerial push-in from the "
                 "sea toward the cliff. [2.5s-5s] A low shot from the rocks as a wave bursts upward. Audio: wind, the "
@@ -296,6 +351,7 @@ FAMILY_TEMPLATES = {
         text_encoders=(split_file("Comfy-Org/ltx-2", "text_encoders", "gemma_3_12B_it_fp4_mixed.safetensors"),),
         text_encoder_loader="LTXAVTextEncoderLoader", clip_type="ltxv", vae_file=None,
         steps=20, cfg=4.0, sampler="euler_ancestral",
+        blocks=(48,),   # LTX-2 19B: 48 blocks (the default of ComfyUI's LTX-2 model)
         prompt=("A weathered lighthouse stands on a dark basalt cliff at dusk. Warm light glows in the lantern room "
                 "while long waves roll in and break white against the rocks below, spray drifting up through a soft "
                 "mist. The camera slowly pushes in from the sea toward the cliff, low over the water. The roar and "

@@ -25,7 +25,8 @@ sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import ComfyServer, find_comfyui  # noqa: E402
 from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs  # noqa: E402
-from example_templates import FAMILY_TEMPLATES, LOADERS, FamilyTemplate, ModelFile  # noqa: E402
+from example_templates import (FAMILY_TEMPLATES, KREA2_BLOCKS, LOADERS, FamilyTemplate, ModelFile,  # noqa: E402
+                               fewer_steps)
 
 OUT_DIR = REPO_ROOT / "example_workflows"
 PACK_CNR_ID = "comfyui-krea2-cachedit"  # the registry id ([project].name), so the editor can offer the pack
@@ -138,11 +139,15 @@ def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -
     }
 
 
+def cache_defaults(object_info: dict, node_type: str) -> dict:
+    """A cache node's widgets at the defaults the node's schema (/object_info) gives."""
+    return {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(object_info[node_type]) if is_widget}
+
+
 def cache_node(node_id: int, object_info: dict) -> dict:
-    """Krea2CacheDiT with every widget at the default the node's schema (/object_info) gives."""
-    defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(object_info["Krea2CacheDiT"])
-                if is_widget}
-    return {"id": node_id, "type": "Krea2CacheDiT", "pos": [460, 40], "size": [340, 370], "widgets": defaults}
+    """Krea2CacheDiT with every widget at its default."""
+    return {"id": node_id, "type": "Krea2CacheDiT", "pos": [460, 40], "size": [340, 370],
+            "widgets": cache_defaults(object_info, "Krea2CacheDiT")}
 
 
 def loaders_and_prompts(variant: str, cfg: float, object_info: dict,
@@ -209,25 +214,90 @@ def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: 
     return build(name, nodes, links, object_info)
 
 
-def compare_note(variant: str) -> str:
+def compare_note(variant: str, steps: int, fewer: tuple[int, bool]) -> str:
     files = [MODEL_FILES[variant], MODEL_FILES["text_encoder"], MODEL_FILES["vae"]]
     links = "\n".join(f"- `{d}/`: [{n}]({HF}/{d}/{n})" for n, d in files)
     return (
-        f"## Krea-2 {variant.capitalize()}: with and without Cache-DiT\n\n"
-        "Both KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
-        "samples through **Krea-2 Cache-DiT**, the bottom one without it. **Compare Images (Cache-DiT)** shows on "
+        f"## Krea-2 {variant.capitalize()}: with and without Cache-DiT, and fewer steps\n\n"
+        "The three KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
+        "samples through **Krea-2 Cache-DiT**, the middle one without it. **Compare Images (Cache-DiT)** shows on "
         "the node how far the cached image is from the uncached one: MAE (0-255), PSNR (dB; identical images "
         "give 100 dB) and a heatmap of where they differ (black = identical, white = the largest difference). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
+        f"{fewer_steps_note(steps, *fewer)}\n\n"
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
         f"{ZH_HEADING}\n\n"
-        "两个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Krea-2 Cache-DiT** 采样，下面的不经过。"
-        f"{ZH_COMPARE}模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
+        "三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Krea-2 Cache-DiT** 采样，中间的不经过。"
+        f"{ZH_COMPARE}\n\n{fewer_steps_note_zh(steps, *fewer)}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
 
+def fewer_steps_note(steps: int, fewer: int, exact: bool) -> str:
+    """The note's paragraph on the fewer-steps branch of a one-model template."""
+    return (f"**Fewer steps or the cache?** The bottom one, **KSampler (fewer steps)**, samples the same graph "
+            f"without the cache at {fewer} steps{instead_of(steps, fewer)}: the step count whose uncached run costs as "
+            "many block evaluations as the cached run. The second compare node, **Compare Images (fewer steps)**, sets "
+            "it against the same uncached image: the cache earns its place where its MAE is the lower of the two. "
+            f"{fewer_steps_how(exact)}{same_steps_note(steps, fewer)}")
+
+
+def instead_of(steps: int, fewer: int) -> str:
+    return f" instead of {steps}" if fewer < steps else ""
+
+
+ONE_MODEL_AFTER_A_RUN = ("after a run, set that KSampler's steps to the \"as many as N steps\" the cache node's panel "
+                         "reports, and run again.")
+EXPERTS_AFTER_A_RUN = ("after a run, set both fewer-steps samplers' `steps` to the sum of the two cache nodes' \"as many "
+                       "as N steps\", and the high-noise one's `end_at_step` and the low-noise one's `start_at_step` to "
+                       "the high-noise node's N; run again.")
+
+
+def fewer_steps_how(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN) -> str:
+    """Where the step count comes from: exact, or the fewest the settings allow and what to do after a run."""
+    if exact:
+        return "These cache settings fix the steps cached in advance (a step mask), so the step count is exact."
+    return ("The threshold decides at run time which steps are cached, so this is the fewest steps these settings "
+            f"allow (every step the warmup and `max_continuous_cached_steps` leave it, cached): {after_a_run}")
+
+
+def same_steps_note(steps: int, fewer: int) -> str:
+    if fewer < steps:
+        return ""
+    return (" Here caching saves less than one whole step (a cached step still runs its first `Fn_compute_blocks` "
+            "blocks), so the fewer-steps image is the uncached one.")
+
+
+def fewer_steps_note_zh(steps: int, fewer: int, exact: bool) -> str:
+    return (f"**更少的步数还是缓存？** 最下面的 **KSampler (fewer steps)** 不经过缓存、以 {fewer} 步{instead_of_zh(steps, fewer)}采样同一个"
+            "工作流：不缓存时以这个步数采样，块计算次数与缓存运行相同。第二个比较节点 **Compare Images (fewer steps)** 把它与同一张未缓存图像"
+            f"比较：缓存的 MAE 更低时，缓存才值得。{fewer_steps_how_zh(exact)}{same_steps_note_zh(steps, fewer)}")
+
+
+def instead_of_zh(steps: int, fewer: int) -> str:
+    return f"（而非 {steps} 步）" if fewer < steps else ""
+
+
+ONE_MODEL_AFTER_A_RUN_ZH = "运行后，把那个 KSampler 的步数设为缓存节点面板上报告的“相当于 N 步”，再运行一次。"
+EXPERTS_AFTER_A_RUN_ZH = ("运行后，把两个更少步数采样器的 `steps` 设为两个缓存节点报告的“相当于 N 步”之和，并把高噪声采样器的 `end_at_step` "
+                          "和低噪声采样器的 `start_at_step` 设为高噪声节点的 N，再运行一次。")
+
+
+def fewer_steps_how_zh(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN_ZH) -> str:
+    if exact:
+        return "这些缓存设置事先固定了要缓存的步（步骤掩码），所以这个步数是准确的。"
+    return f"缓存哪些步由阈值在运行时决定，所以这是这些设置允许的最少步数（预热和 `max_continuous_cached_steps` 留下的每一步都被缓存）：{after_a_run}"
+
+
+def same_steps_note_zh(steps: int, fewer: int) -> str:
+    if fewer < steps:
+        return ""
+    return "这里缓存省下的不到一整步（缓存的步仍要运行开头的 `Fn_compute_blocks` 个块），所以更少步数的图像就是未缓存的图像。"
+
+
 def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_info: dict) -> dict:
-    """One seed, one set of prompts and latent, sampled with and without Cache-DiT, then compared."""
+    """One seed, one set of prompts and latent, sampled with and without Cache-DiT and without it at the steps that
+    cost as much as the cached run; both others compared with the uncached image."""
+    fewer = fewer_steps(cache_defaults(object_info, "Krea2CacheDiT"), steps, KREA2_BLOCKS)
     nodes, prompt_links = loaders_and_prompts(variant, cfg, object_info)
     nodes += [
         empty_latent(7, [460, 780]),
@@ -237,7 +307,8 @@ def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_i
         {"id": 9, "type": "VAEDecode", "pos": [1260, 40], "size": [210, 50], "widgets": {}},
         {"id": 10, "type": "SaveImage", "title": "Cache-DiT", "pos": [1980, 40], "size": [400, 440],
          "widgets": {"filename_prefix": f"Krea2_{variant}_cachedit"}},
-        {"id": 11, "type": "MarkdownNote", "pos": [-420, 40], "size": [420, 460], "text": compare_note(variant)},
+        {"id": 11, "type": "MarkdownNote", "pos": [-420, 40], "size": [420, 700],
+         "text": compare_note(variant, steps, fewer)},
         ksampler(12, [900, 360], steps, cfg, title="KSampler (uncached)"),
         {"id": 13, "type": "VAEDecode", "pos": [1260, 360], "size": [210, 50], "widgets": {}},
         {"id": 14, "type": "SaveImage", "title": "Uncached", "pos": [1980, 520], "size": [400, 440],
@@ -245,6 +316,8 @@ def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_i
         {"id": 15, "type": "Krea2CompareImages", "pos": [1520, 40], "size": [420, 560], "widgets": {}},
         {"id": 16, "type": "SaveImage", "title": "Difference", "pos": [1520, 640], "size": [420, 440],
          "widgets": {"filename_prefix": f"Krea2_{variant}_difference"}},
+        ksampler(30, [900, 1100], fewer[0], cfg, title="KSampler (fewer steps)"),
+        *fewer_steps_outputs(f"Krea2_{variant}"),
     ]
     links = [
         *prompt_links,
@@ -253,36 +326,99 @@ def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_i
         (1, 0, 12, "model"), (5, 0, 12, "positive"), (6, 0, 12, "negative"), (7, 0, 12, "latent_image"),
         (17, 0, 12, "seed"), (12, 0, 13, "samples"), (3, 0, 13, "vae"), (13, 0, 14, "images"),
         (13, 0, 15, "reference"), (9, 0, 15, "candidate"), (15, 0, 16, "images"),
+        (1, 0, 30, "model"), (5, 0, 30, "positive"), (6, 0, 30, "negative"), (7, 0, 30, "latent_image"),
+        (17, 0, 30, "seed"), (30, 0, 34, "samples"), (3, 0, 34, "vae"), (34, 0, 35, "images"),
+        *fewer_steps_compare_links(),
     ]
     return build(name, nodes, links, object_info)
+
+
+# The fewer-steps branch's nodes: its decode (34), its save, its compare against the uncached decode (13), the
+# compare's heatmap save.
+FEWER_DECODE, FEWER_SAVE, FEWER_COMPARE, FEWER_DIFFERENCE = 34, 35, 36, 37
+
+
+def fewer_steps_outputs(prefix: str) -> list[dict]:
+    """The fewer-steps branch after its sampler(s): decode, save, and a second compare node with its heatmap."""
+    return [
+        {"id": FEWER_DECODE, "type": "VAEDecode", "pos": [1260, 1100], "size": [210, 50], "widgets": {}},
+        {"id": FEWER_SAVE, "type": "SaveImage", "title": "Fewer steps", "pos": [1980, 1000], "size": [400, 440],
+         "widgets": {"filename_prefix": f"{prefix}_fewer_steps"}},
+        {"id": FEWER_COMPARE, "type": "Krea2CompareImages", "title": "Compare Images (fewer steps)",
+         "pos": [1520, 1120], "size": [420, 560], "widgets": {}},
+        {"id": FEWER_DIFFERENCE, "type": "SaveImage", "title": "Difference (fewer steps)", "pos": [1520, 1720],
+         "size": [420, 440], "widgets": {"filename_prefix": f"{prefix}_difference_fewer_steps"}},
+    ]
+
+
+def fewer_steps_compare_links() -> list[tuple]:
+    """The fewer-steps image against the uncached one (decode 13), and the heatmap saved."""
+    return [(13, 0, FEWER_COMPARE, "reference"), (FEWER_DECODE, 0, FEWER_COMPARE, "candidate"),
+            (FEWER_COMPARE, 0, FEWER_DIFFERENCE, "images")]
 
 
 def file_ref(file: ModelFile) -> dict:
     return {"name": file.name, "url": file.url, "directory": file.directory}
 
 
-def family_note(t: FamilyTemplate) -> str:
+def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
+    """``fewer``: each expert's fewer-steps count and whether it is exact (``family_fewer_steps``)."""
     links = "\n".join(f"- `{f.directory}/`: [{f.name}]({f.url})" for f in t.files)
     changed = ", ".join(f"`{k}` {v}" for k, v in t.cache.items())
     settings = f"the node's defaults except {changed}" if changed else "the node's defaults"
     if t.low_noise:
-        graph = ("Both branches share the two models, the prompts, the empty latent and the **Seed** node; each "
+        graph = ("The three branches share the two models, the prompts, the empty latent and the **Seed** node; each "
                  "samples the high-noise model, then the low-noise one (two KSamplerAdvanced). The top branch samples "
-                 "each model through its own **Cache-DiT DBCache (any supported DiT)**, the bottom one without them. ")
+                 "each model through its own **Cache-DiT DBCache (any supported DiT)**, the middle one without them. ")
+        fewer_text, fewer_zh = experts_fewer_steps_note(t, fewer), experts_fewer_steps_note_zh(t, fewer)
     else:
-        graph = ("Both KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
-                 "samples through **Cache-DiT DBCache (any supported DiT)**, the bottom one without it. ")
+        graph = ("The three KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top "
+                 "one samples through **Cache-DiT DBCache (any supported DiT)**, the middle one without it. ")
+        ((steps, exact),) = fewer
+        fewer_text, fewer_zh = fewer_steps_note(t.steps, steps, exact), fewer_steps_note_zh(t.steps, steps, exact)
     return (
-        f"## {t.title}: with and without Cache-DiT\n\n"
+        f"## {t.title}: with and without Cache-DiT, and fewer steps\n\n"
         f"{graph}**Compare Images (Cache-DiT)** "
         "(it compares any two images) shows on the node how far the cached image is from the uncached one: MAE "
         "(0-255), PSNR (dB; identical images give 100 dB) and a heatmap of where they differ (black = identical). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
+        f"{fewer_text}\n\n"
         f"**Recipe**: {t.recipe}\n\n**Cache settings**: {settings}. {t.evidence}\n\n"
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
-        f"{ZH_HEADING}\n\n{family_graph_zh(t)}{ZH_COMPARE}\n\n**采样配方**：{t.recipe_zh}\n\n"
+        f"{ZH_HEADING}\n\n{family_graph_zh(t)}{ZH_COMPARE}\n\n{fewer_zh}\n\n**采样配方**：{t.recipe_zh}\n\n"
         f"**缓存设置**：{settings_zh(t)}。{t.evidence_zh}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
+
+
+def family_fewer_steps(t: FamilyTemplate, object_info: dict) -> list[tuple[int, bool]]:
+    """Each expert's fewer-steps count (its cached run's own steps, cost as the pack's plan states it) and whether it
+    is exact; one model: one."""
+    widgets = cache_defaults(object_info, "CacheDiTDBCache") | t.cache
+    return [fewer_steps(widgets, end - start, t.blocks) for start, end in t.stages()]
+
+
+def experts_fewer_steps_note(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
+    """The note's paragraph on the fewer-steps branch of a template of two experts in turn."""
+    (high, exact), (low, _) = fewer
+    return (f"**Fewer steps or the cache?** The bottom branch (**High noise (fewer steps)**, **Low noise (fewer "
+            f"steps)**) samples the same two experts without the cache at {high + low} steps"
+            f"{instead_of(t.steps, high + low)}, the high-noise model for steps 0-{high} and the low-noise one from "
+            f"{high} on: each expert at the step "
+            "count whose uncached run costs as many block evaluations as its cached run. The second compare node, "
+            "**Compare Images (fewer steps)**, sets it against the same uncached image: the cache earns its place "
+            "where its MAE is the lower of the two. "
+            + fewer_steps_how(exact, EXPERTS_AFTER_A_RUN)
+            + same_steps_note(t.steps, high + low))
+
+
+def experts_fewer_steps_note_zh(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
+    (high, exact), (low, _) = fewer
+    return (f"**更少的步数还是缓存？** 最下面的分支（**High noise (fewer steps)**、**Low noise (fewer steps)**）不经过缓存、以 "
+            f"{high + low} 步{instead_of_zh(t.steps, high + low)}采样同样的两个专家模型，高噪声模型负责第 0-{high} 步，低噪声模型从第 {high} "
+            "步起：每个专家模型的步数都使其不缓存时的块计算次数与其缓存运行相同。第二个比较节点 **Compare Images (fewer steps)** 把它与同一张"
+            "未缓存图像比较：缓存的 MAE 更低时，缓存才值得。"
+            + fewer_steps_how_zh(exact, EXPERTS_AFTER_A_RUN_ZH)
+            + same_steps_note_zh(t.steps, high + low))
 
 
 # The notes' Chinese section: the editor shows a note as it is, in one language, so each note carries both.
@@ -293,10 +429,10 @@ ZH_COMPARE = ("**Compare Images (Cache-DiT)**（可比较任意两张图片）�
 
 def family_graph_zh(t: FamilyTemplate) -> str:
     if t.low_noise:
-        return ("两个分支共用两个模型、提示词、空潜空间和 **Seed** 节点；每个分支先采样高噪声模型，再采样低噪声模型（两个 KSamplerAdvanced）。"
-                "上面的分支让每个模型经过各自的 **Cache-DiT DBCache (any supported DiT)**，下面的分支不经过。")
-    return ("两个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Cache-DiT DBCache (any supported DiT)** 采样，"
-            "下面的不经过。")
+        return ("三个分支共用两个模型、提示词、空潜空间和 **Seed** 节点；每个分支先采样高噪声模型，再采样低噪声模型（两个 KSamplerAdvanced）。"
+                "上面的分支让每个模型经过各自的 **Cache-DiT DBCache (any supported DiT)**，中间的分支不经过。")
+    return ("三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Cache-DiT DBCache (any supported DiT)** 采样，"
+            "中间的不经过。")
 
 
 def settings_zh(t: FamilyTemplate) -> str:
@@ -325,8 +461,7 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
     With ``template.low_noise`` (Wan 2.2 A14B) each branch samples two experts in turn with KSamplerAdvanced,
     and the cached branch has a cache node per expert."""
     t = template
-    cache_info = object_info["CacheDiTDBCache"]
-    defaults = {n: opts["default"] for n, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
+    defaults = cache_defaults(object_info, "CacheDiTDBCache")
     unknown = sorted(set(t.cache) - set(defaults))
     assert not unknown, f"{name}: the cache node has no input {unknown}"
     clip_type, clip_widgets = t.text_encoder_node()
@@ -335,6 +470,7 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
     clip = {"type": clip_type, "widgets": clip_widgets}
     prefix = name.removesuffix("_compare.json")
     latent_inputs = object_info[t.latent]["input"]["required"]
+    fewer = family_fewer_steps(t, object_info)
     nodes = [
         {"id": 2, "pos": [40, 200], "size": [380, 130], "models": [file_ref(f) for f in clip_files], **clip},
         {"id": 5, "type": "CLIPTextEncode", "title": "Positive Prompt", "pos": [460, 460], "size": [400, 180],
@@ -343,7 +479,7 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
          "widgets": {**t.latent_size, **({"batch_size": 1} if "batch_size" in latent_inputs else {})}},
         {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
          "widgets": {"value": 42, "control_after_generate": "randomize"}},
-        {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 560], "text": family_note(t)},
+        {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 760], "text": family_note(t, fewer)},
     ]
     links = [(2, 0, 5, "clip")]
     latent = 7   # what the samplers start from: the empty latent, or the audio-video latent it is joined into
@@ -399,18 +535,19 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         links += [(positive, 0, 25, "positive"), (6, 0, 25, "negative")]
         conds = [(25, 0), (25, 1)]
 
-    def sampler(node_id: int, pos: list[int], title: str, stage: str | None = None) -> dict:
+    def sampler(node_id: int, pos: list[int], title: str, stage: str | None = None, steps: int = t.steps,
+                split_step: int | None = t.split_step) -> dict:
         if stage is None:
             return {"id": node_id, "type": "KSampler", "title": title, "pos": pos, "size": [320, 270],
-                    "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": t.steps, "cfg": t.cfg,
+                    "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": steps, "cfg": t.cfg,
                                 "sampler_name": t.sampler, "scheduler": t.scheduler, "denoise": 1.0}}
         high = stage == "high"
         return {"id": node_id, "type": "KSamplerAdvanced", "title": title, "pos": pos, "size": [320, 340],
                 "widgets": {"add_noise": "enable" if high else "disable", "noise_seed": 42,
-                            "control_after_generate": "randomize", "steps": t.steps, "cfg": t.cfg,
+                            "control_after_generate": "randomize", "steps": steps, "cfg": t.cfg,
                             "sampler_name": t.sampler, "scheduler": t.scheduler,
-                            "start_at_step": 0 if high else t.split_step,
-                            "end_at_step": t.split_step if high else 10000,
+                            "start_at_step": 0 if high else split_step,
+                            "end_at_step": split_step if high else 10000,
                             "return_with_leftover_noise": "enable" if high else "disable"}}
 
     def sampled(node: int, model: int, latent: int, seed: str) -> list[tuple]:
@@ -435,15 +572,21 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
             sampled_latent = split
         return [*out, (sampled_latent, 0, decode, "samples"), (*vae, decode, "vae"), (decode, 0, save, "images")]
 
+    # The fewer-steps branch: each expert at the steps that cost as much as its cached run, in turn.
+    fewer_counts = [steps for steps, _ in fewer]
     if t.low_noise is None:
-        cached, uncached = [8], [12]
-        nodes += [sampler(8, [900, 40], "KSampler (Cache-DiT)"), sampler(12, [900, 360], "KSampler (uncached)")]
+        cached, uncached, fewer_samplers = [8], [12], [30]
+        nodes += [sampler(8, [900, 40], "KSampler (Cache-DiT)"), sampler(12, [900, 360], "KSampler (uncached)"),
+                  sampler(30, [900, 1100], "KSampler (fewer steps)", steps=fewer_counts[0])]
     else:
-        cached, uncached = [8, 23], [12, 24]
+        cached, uncached, fewer_samplers = [8, 23], [12, 24], [30, 31]
+        total, split = sum(fewer_counts), fewer_counts[0]
         nodes += [sampler(8, [900, 40], "High noise (Cache-DiT)", "high"),
                   sampler(23, [1240, 40], "Low noise (Cache-DiT)", "low"),
                   sampler(12, [900, 420], "High noise (uncached)", "high"),
-                  sampler(24, [1240, 420], "Low noise (uncached)", "low")]
+                  sampler(24, [1240, 420], "Low noise (uncached)", "low"),
+                  sampler(30, [900, 1100], "High noise (fewer steps)", "high", steps=total, split_step=split),
+                  sampler(31, [1240, 1100], "Low noise (fewer steps)", "low", steps=total, split_step=split)]
     nodes += [
         {"id": 9, "type": "VAEDecode", "pos": [1260, 40], "size": [210, 50], "widgets": {}},
         {"id": 10, "type": "SaveImage", "title": "Cache-DiT", "pos": [1980, 40], "size": [400, 440],
@@ -454,14 +597,16 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         {"id": 15, "type": "Krea2CompareImages", "pos": [1520, 40], "size": [420, 560], "widgets": {}},
         {"id": 16, "type": "SaveImage", "title": "Difference", "pos": [1520, 640], "size": [420, 440],
          "widgets": {"filename_prefix": f"{prefix}_difference"}},
+        *fewer_steps_outputs(prefix),
     ]
     links += [
         *[(model, 0, cache, "model") for model, cache in models],
         *branch(9, 10, cached, True), *branch(13, 14, uncached, False),
         (13, 0, 15, "reference"), (9, 0, 15, "candidate"), (15, 0, 16, "images"),
+        *branch(FEWER_DECODE, FEWER_SAVE, fewer_samplers, False), *fewer_steps_compare_links(),
     ]
     order = [1, 20, 2, 3, 26, 4, 22, 5, 7, 27, 28, 17, 11, 6, 18, 21, 19, 25, 8, 23, 29, 9, 10, 12, 24, 33, 13, 14,
-             15, 16]
+             30, 31, 54, 34, 35, 15, 16, 36, 37]
     nodes.sort(key=lambda node: order.index(node["id"]))  # the order the editor runs and lists them in
     return build(name, nodes, links, object_info)
 

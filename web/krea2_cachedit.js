@@ -251,6 +251,16 @@ function timeText(record) {
   return t(saved >= 0 ? "time_saved" : "time_lost", { speedup: speedup.toFixed(1), seconds: seconds(Math.abs(saved)) });
 }
 
+// "5 of 8 calls computed: as many as 5 steps": the calls that ran every block, and the step count whose uncached run
+// costs as much (the record's equal_cost_steps, null for a run that ended early). null for a run left uncached, whose
+// calls were not the pack's to count.
+function callsText(record) {
+  const steps = record.equal_cost_steps;
+  if (record.full_calls == null) return null;
+  const counts = { full: record.full_calls, calls: record.calls };
+  return steps == null ? t("calls_computed", counts) : t("calls_equal_cost", { ...counts, steps });
+}
+
 // "none", "foca", "taylorseer (order 2)", "dmd (history 6, its fit on 1/2 cached steps)".
 function calibratorText(record) {
   const { calibrator } = record;
@@ -290,6 +300,13 @@ function render(panel, record) {
   }
   out.add(el("div", {}, t("block_evals", { share: pct(record.blocks_saved), run: record.block_evals,
     uncached: record.block_evals_uncached })), LINE);
+  const calls = callsText(record);
+  if (calls) {
+    const line = el("div", {}, calls);
+    line.dataset.role = "calls";
+    if (record.equal_cost_steps != null) line.title = t("calls_title", { steps: record.equal_cost_steps });
+    out.add(line, LINE);
+  }
   const time = timeText(record);
   if (time) {
     const line = el("div", {}, time);

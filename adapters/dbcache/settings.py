@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Sequence
 
+from ..record.run_record import steps_costing_as_much
 from .calibrators import calibrator_summary, check_calibrator
+from .decision_rules import THRESHOLD, DecisionRules
 from .threshold_advisor import suggest_thresholds
 
 STEP_MASKS = ("none", "slow", "medium", "fast", "ultra")
@@ -111,6 +114,33 @@ class DBCachePlan:
         advisor_input = [s.advisor_input for o in observations for s in o.streams if s.advisor_input is not None]
         return {"threshold_suggestions": suggest_thresholds(advisor_input),
                 "calibrator": calibrator_summary(dataclasses.asdict(self.settings), streams)}
+
+    @property
+    def fixes_its_steps(self) -> bool:
+        """Whether the steps it caches are known before the run: a step mask alone decides them, threshold 0
+        caches none. Otherwise the threshold decides, on the run's own residual changes."""
+        return self.mask is not None or self.settings.residual_diff_threshold <= 0
+
+    def most_cached_steps(self) -> list[int]:
+        """The steps a stream of this plan caches at most, by cache-dit's rules: with a step mask (or threshold 0)
+        exactly those it caches; else every step the warmup and the limits leave the threshold to decide."""
+        rules = DecisionRules.for_context(self.settings, self.mask_from(0), 0)
+        decisions = rules.walk(list(range(self.steps)), lambda step, reference: (reference is not None, THRESHOLD))
+        return [step for step, (cached, _) in decisions.items() if cached]
+
+    def equal_cost_steps(self, blocks: Sequence[int]) -> int:
+        """The record's ``equal_cost_steps`` before the run, on a model with ``blocks`` per block list: exact where
+        the plan fixes its steps, else the fewest these settings allow (the run caches ``most_cached_steps`` or
+        fewer, and costs as much or more).
+
+        Each block list is its own cache context: a cached call still runs its first Fn and last Bn blocks in
+        each. Every stream caches the same steps, so one stream's count is the run's.
+        """
+        cached = len(self.most_cached_steps())
+        per_call, per_cached_call = sum(blocks), len(blocks) * (self.settings.Fn_compute_blocks
+                                                                + self.settings.Bn_compute_blocks)
+        block_evals = (self.steps - cached) * per_call + cached * per_cached_call
+        return steps_costing_as_much(self.steps, block_evals, self.steps * per_call)
 
     def mask_from(self, start_step: int) -> list[int] | None:
         """The rest of the mask for a context starting at ``start_step``; its first step computes."""

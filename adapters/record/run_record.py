@@ -69,6 +69,10 @@ class RunRecord:
     cache_contexts: int = 0           # > 1 when the call layout changed mid-run and a fresh context started
     block_evals: int = 0
     block_evals_uncached: int = 0
+    # Model calls in which every block ran (a DBCache cached call runs its Fn/Bn blocks, a forecast call none);
+    # None for a run left uncached: what ran was not the pack's to count (another step cache on the model may have
+    # skipped steps, another cache node after this one may have cached them).
+    full_calls: int | None = 0
     call_log: list[list] = dataclasses.field(default_factory=list)   # per call: [step, branches, decided by the
                                                                        # method, blocks_run, sigma]
     status: str = "ok"                # "ok", "interrupted", "error", or "skipped" (left uncached, see warnings)
@@ -126,6 +130,21 @@ class RunRecord:
     def device_count(self) -> int:
         return max(1, len(self.devices))
 
+    @property
+    def equal_cost_steps(self) -> int | None:
+        """The step count whose uncached run costs as much as this run: the one to set a plain KSampler to, to
+        see whether the cache beats fewer steps at the same cost.
+
+        None where there is nothing honest to say: a run left uncached (its calls were not the pack's to count,
+        see ``full_calls``), an interrupted or failed one (no image to compare), one that made no model call.
+        Several devices count as the wall time does, by the busiest device of each step (``parallel_block_evals``),
+        as ``ideal_speedup`` does.
+        """
+        if self.status != "ok" or not self.calls:
+            return None
+        with_cache, without = self.parallel_block_evals or (self.block_evals, self.block_evals_uncached)
+        return steps_costing_as_much(self.steps, with_cache, without)
+
     def as_dict(self) -> dict:
         """The record as strict JSON data: a non-finite number becomes None, with a warning saying where."""
         # The fields as they are: ``finite_or_null`` copies every dict and list on its way (a deep copy
@@ -137,6 +156,7 @@ class RunRecord:
         data["estimated_saved_s"] = round(self.estimated_saved_s, 4)
         data["skipped_steps"] = self.skipped_steps
         data["device_count"] = self.device_count
+        data["equal_cost_steps"] = self.equal_cost_steps
         data, replaced = finite_or_null(data)
         if replaced:
             data["warnings"].append(replaced_warning(replaced))
@@ -145,14 +165,36 @@ class RunRecord:
     def log_line(self, node_name: str) -> str:
         skipped, word = ((self.forecast_steps, "forecast") if self.method.get("name") == "forecast" else
                          (self.cached_steps, "cached"))
+        calls = self.calls_text()
         return (f"{node_name} [node {self.node_id or '?'}]: {word} steps {len(skipped)}/{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
-                f"({self.blocks_saved:.0%}), CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
+                f"({self.blocks_saved:.0%}), {f'{calls}, ' if calls else ''}"
+                f"CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
                 f"has_separate_cfg={self.has_separate_cfg}, {_method_text(self.method, self.calibrator)}, "
                 f"{f'{self.device_count} devices, ' if self.device_count > 1 else ''}"
                 f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
                 f"{'' if self.status == 'ok' else f', run {self.status}'}")
+
+    def calls_text(self) -> str:
+        """The calls made in full and the step count that costs as much ("5 of 8 calls computed: as many as 5
+        steps"), as the log says it; "" for a run left uncached, whose calls were not counted."""
+        if self.full_calls is None:
+            return ""
+        counted = f"{self.full_calls} of {self.calls} calls computed"
+        return counted if self.equal_cost_steps is None else f"{counted}: as many as {self.equal_cost_steps} steps"
+
+
+def steps_costing_as_much(steps: int, block_evals: int, block_evals_uncached: int) -> int:
+    """The fewest steps whose uncached run makes at least as many block evaluations as a run of ``steps`` steps
+    that made ``block_evals`` of the ``block_evals_uncached`` it would have made uncached.
+
+    An uncached step costs ``block_evals_uncached / steps``: the blocks per call times the calls per step as this
+    run made them (one call, two for split CFG, one batched call for both, a corrector's extra call), so CFG needs
+    no guess here. A DBCache cached call counts for the Fn/Bn blocks it still ran, a forecast call for none.
+    Rounded up: when the cache saved part of a step, fewer steps get that part, the benefit of the doubt.
+    """
+    return -(-steps * block_evals // block_evals_uncached) if block_evals_uncached else 0
 
 
 def _method_text(method: dict, calibrator: dict | None) -> str:
@@ -214,6 +256,7 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
         call_log=_call_log(observations, sigmas, merged=parallel is not None),
         block_evals=sum(c.blocks_run for c in calls),
         block_evals_uncached=sum(len(o.calls) * o.num_blocks for o in observations),
+        full_calls=sum(c.blocks_run == o.num_blocks for o in observations for c in o.calls),
         status=next((o.status for o in observations if o.status != "ok"), "ok"),
         warnings=_warnings(plan, clock, observations, meta, parallel),
         duration_s=round(duration, 4),
@@ -251,7 +294,7 @@ def _text_path(observations: Sequence[RunObservation]) -> dict | None:
 def skipped_record(steps: int, meta: RunMeta, reason: str) -> RunRecord:
     """The record of a run the pack left uncached on purpose, saying why."""
     return RunRecord(node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), steps=steps, cfg=meta.cfg,
-                     guidance=dict(meta.guidance), step_states=["uncached"] * steps, status="skipped",
+                     guidance=dict(meta.guidance), step_states=["uncached"] * steps, status="skipped", full_calls=None,
                      warnings=[reason, *meta.warnings], residual_diffs=[None] * steps,
                      step_reasons=["skipped"] * steps)
 

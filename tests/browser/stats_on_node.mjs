@@ -93,6 +93,10 @@ function editor(page, name) {
       })(),
       suggestions: [...panel.querySelectorAll('[data-role="suggestions"] > span')].map((s) => s.textContent),
       time: panel.querySelector('[data-role="time"]')?.textContent ?? null,
+      calls: (() => {
+        const line = panel.querySelector('[data-role="calls"]');
+        return line && { text: line.textContent, tooltip: line.title };
+      })(),
       calibrator: panel.querySelector('[data-role="calibrator"]')?.textContent ?? null,
       forecast: panel.querySelector('[data-role="forecast"]')?.textContent ?? null,
       client_id: window.krea2TestApi.clientId,

@@ -184,6 +184,8 @@ def test_interrupt_leaves_the_shared_model_uncached(comfy_server, baseline):
     [stats] = comfy_server.stats_for(prompt_id, "5")
     assert stats["status"] == "interrupted" and stats["steps"] == 400
     assert stats["cached_steps"][:3] == [1, 2, 3]
+    # Its calls are counted; no step count costs as much as a run that made no image.
+    assert 0 < stats["full_calls"] < stats["calls"] and stats["equal_cost_steps"] is None, stats
     after = comfy_server.saved_latent(run_ok(comfy_server, krea2_prompt(cfg=3.5, prefix="after_interrupt")), "7")
     assert torch.equal(after, baseline)
 
@@ -193,4 +195,5 @@ def test_stats_are_logged_once_per_run_without_cache_dit_noise(comfy_server):
     run_ok(comfy_server, krea2_prompt(cache=FAST, seed=11))
     new = comfy_server.log_text()[len(before):]
     assert new.count("Krea-2 Cache-DiT [node 5]: cached steps 3/8") == 1
+    assert new.count(" of 8 calls computed: as many as ") == 1, new[-3000:]
     assert "Acceleration hooks is disabled" not in new and "FakeDiffusionPipeline" not in new

@@ -131,6 +131,16 @@ def check_chart(shown: dict, record: dict):
     assert abs(float(time[2]) - abs(saved)) <= 0.051 and (time[3] == "saved") == (saved >= 0), (time[0], saved)
 
 
+def check_calls(shown: dict, record: dict):
+    """The calls computed in full and the step count that costs as much, as the record has them; the tooltip says
+    what to do with it."""
+    steps = record["equal_cost_steps"]
+    assert steps is not None and record["full_calls"] < record["calls"], record
+    counted = f"{record['full_calls']} of {record['calls']} calls computed"
+    assert shown["calls"]["text"] == f"{counted}: as many as {steps} steps", shown["calls"]
+    assert f"set a plain KSampler to {steps} steps" in shown["calls"]["tooltip"], shown["calls"]
+
+
 def records_of(server: ComfyServer, queued: dict[str, list]) -> list[dict]:
     """Every stats record of the prompts the editor tabs queued (to say what went wrong)."""
     ids = {prompt_id for ids in queued.values() for prompt_id in ids}
@@ -188,6 +198,7 @@ def test_stats_shown_on_cache_node_after_real_run(browser_tools, editor_server, 
     assert (int(saved.group(2)), int(saved.group(3))) == (record["block_evals"], record["block_evals_uncached"])
     separate = "on" if record["has_separate_cfg"] else "off"
     assert f"CFG: {record['cfg_mode']} · separate CFG: {separate}" in text, text
+    check_calls(live, record)
     assert record["calibrator"] == {"name": "none"} and live["calibrator"] == "Calibrator: none", live["calibrator"]
     assert ARTIFACTS.joinpath("browser_stats.png").stat().st_size > 10_000
     assert live["fits"], "the panel cuts its content off"
@@ -257,6 +268,9 @@ def test_the_forecast_node_shows_forecast_steps_where_the_cache_nodes_show_cache
     assert live["cells"] == record["step_states"] and live["cells"].count("forecast") == 3, live["cells"]
     assert f"Forecast steps: 3/{STEPS}" in live["text"] and "Cached steps" not in live["text"], live["text"]
     assert live["forecast"] == "Forecast: linear · preset turbo_5_of_8", live["forecast"]
+    # A forecast call runs no block: the 5 computed steps cost exactly 5 steps.
+    assert (record["full_calls"], record["equal_cost_steps"]) == (5, 5), record
+    check_calls(live, record)
     assert " forecast " in live["text"] and " cached " not in live["text"], "the legend names forecast steps"
     assert not live["chart"] and live["calibrator"] is None
     assert result["after_reload"]["text"] == live["text"]
@@ -290,6 +304,7 @@ def test_the_node_shows_its_devices_after_a_two_device_run(browser_tools, editor
     assert live["cells"] == record["step_states"]
     assert "Devices: 2 (cpu, cpu:1)" in live["text"], live["text"]
     assert "CFG: split · separate CFG: off" in live["text"], live["text"]
+    check_calls(live, record)   # both devices' calls, the step count from the busiest device of each step
     assert result["after_reload"]["text"] == live["text"]
 
 
@@ -322,6 +337,8 @@ def test_the_panel_speaks_the_editors_language(browser_tools, editor_server, tmp
     assert live["cells"] == record["step_states"]
     text = live["text"]
     expected = [zh["cached_steps"].format(count=len(record["cached_steps"]), steps=STEPS, partial=partial),
+                zh["calls_equal_cost"].format(full=record["full_calls"], calls=record["calls"],
+                                              steps=record["equal_cost_steps"]),
                 zh["cfg"].format(mode=record["cfg_mode"], separate=zh["on" if record["has_separate_cfg"] else "off"]),
                 zh["calibrator"].format(calibrator="none"), f" {zh['states']['cached']} ", zh["chart_caption"],
                 zh["suggestions_caption"]]
@@ -334,12 +351,14 @@ def test_the_panel_speaks_the_editors_language(browser_tools, editor_server, tmp
     assert (int(saved["run"]), int(saved["uncached"])) == (record["block_evals"], record["block_evals_uncached"])
     suggestions = [re.fullmatch(template_pattern(zh["suggestion"]), shown) for shown in live["suggestions"]]
     assert suggestions and all(suggestions), live["suggestions"]
-    english = [line for line in ("Cached steps", "Block evals saved", "separate CFG", "Residual diff per step")
+    english = [line for line in ("Cached steps", "Block evals saved", "calls computed", "separate CFG",
+                                 "Residual diff per step")
                if line in text]
     assert not english, f"English left on the zh panel: {english}\n{text}"
     assert live["time"] and live["time"].startswith(zh["time_saved"].split("{")[0]), live["time"]
     tooltip = live["marks"][0]["tooltip"]
     assert tooltip.startswith(zh["step"].format(step=0)), tooltip
+    assert live["calls"]["tooltip"] == zh["calls_title"].format(steps=record["equal_cost_steps"]), live["calls"]
     assert result["after_reload"]["text"] == text
     assert result["nodes2"]["text"] == text and result["nodes2"]["fits"], result["nodes2"]
     assert (ARTIFACTS / "zh" / "browser_stats_node.png").stat().st_size > 5_000

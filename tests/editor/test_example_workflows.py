@@ -10,6 +10,12 @@ a checkpoint (CheckpointLoaderSimple, its VAE decoding), here one of the tiny LT
 audio-video latent has 5 frames at least, of which the first is saved and compared. LTX-2's checkpoint holds its audio
 VAE too, which sizes the audio latent joined with the video one (LTXVConcatAVLatent); each sampled latent is split
 (LTXVSeparateAVLatent) and its video decoded: here the tiny LTX-2 with a tiny VAE and a narrow audio VAE.
+
+Every compare template has a third branch, the same graph without the cache at the steps that cost as much as the
+cached run (``example_templates.fewer_steps``: the pack's own plan for the cache settings and the real model's block
+lists), compared with the uncached image by a second compare node. Here its steps are checked against the cache
+settings, and on the stand-in the plan against the record of the cached run: equal where the settings fix the steps
+cached, a bound the run cannot beat where the threshold decides.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ import pytest
 from comfy_harness import PACK_DIR_NAME
 from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
 from comfy_models import FAMILY_MODELS
-from example_stand_ins import (TEST_SIZE, example_prompt, run_example_nodes, saved_images, saved_rgb,
+from example_stand_ins import (TEST_SIZE, decoded_by, example_prompt, run_example_nodes, saved_images, saved_rgb,
                                write_stand_in_checkpoint, write_tiny_vae)
-from example_templates import FAMILY_TEMPLATES, TEXT_ENCODER_LOADERS, FamilyTemplate
+from example_templates import FAMILY_TEMPLATES, KREA2_BLOCKS, TEXT_ENCODER_LOADERS, FamilyTemplate, fewer_steps
 from family_prompts import FAMILIES
 from krea2_prompts import TINY_MODEL
 
@@ -44,16 +50,12 @@ CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 # Model-file widgets hold Comfy-Org's file names (the server here has none of those files), each with the URL
 # it downloads from (the editor offers the download from the node's properties.models).
 KREA2_ORG = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main/"
-ZIMAGE_ORG = "https://huggingface.co/Comfy-Org/z_image_turbo/resolve/main/split_files/"
 KREA2_TEXT_AND_VAE = {name: f"{KREA2_ORG}{directory}/{name}" for name, directory in (
     ("qwen3vl_4b_bf16.safetensors", "text_encoders"), ("qwen_image_vae.safetensors", "vae"))}
 TURBO_FILES = {"krea2_turbo_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_turbo_bf16.safetensors",
                **KREA2_TEXT_AND_VAE}
 RAW_FILES = {"krea2_raw_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_raw_bf16.safetensors",
              **KREA2_TEXT_AND_VAE}
-ZIMAGE_FILES = {name: f"{ZIMAGE_ORG}{directory}/{name}" for name, directory in (
-    ("z_image_turbo_bf16.safetensors", "diffusion_models"), ("qwen_3_4b.safetensors", "text_encoders"),
-    ("ae.safetensors", "vae"))}
 MODEL_WIDGETS = {("UNETLoader", "unet_name"), ("Krea2DiffusersLoader", "model_name"),
                  ("CheckpointLoaderSimple", "ckpt_name"), ("CLIPLoader", "clip_name"),
                  ("DualCLIPLoader", "clip_name1"), ("DualCLIPLoader", "clip_name2"), ("VAELoader", "vae_name"),
@@ -88,6 +90,7 @@ class Example:
     stand_ins: dict = dataclasses.field(default_factory=dict)
     conditioning: dict | None = None   # the node between the prompts and the samplers: {class_type, inputs}
     audio_latent: dict | None = None   # LTX-2's audio latent node, joined with the video latent: {class_type, inputs}
+    blocks: tuple[int, ...] = ()       # a compare template's real model: its blocks per block list
 
     @classmethod
     def of(cls, t: FamilyTemplate) -> Example:
@@ -101,13 +104,19 @@ class Example:
                    cache_node="CacheDiTDBCache", loader=t.loader, stand_in=t.stand_in, vae=t.vae, cache=dict(t.cache),
                    stand_in_steps=t.stand_in_steps, experts=experts, split_step=t.split_step, stand_ins=stand_ins,
                    conditioning=t.conditioning and {"class_type": t.conditioning[0], "inputs": t.conditioning[1]},
-                   audio_latent=t.audio_latent and {"class_type": t.audio_latent[0], "inputs": t.audio_latent[1]})
+                   audio_latent=t.audio_latent and {"class_type": t.audio_latent[0], "inputs": t.audio_latent[1]},
+                   blocks=t.blocks)
 
-    def stage_steps(self) -> list[tuple[int, int]]:
-        """(start, end) of the steps each expert samples, in turn; one model: all of them."""
+    def stage_steps(self, shipped: bool = False) -> list[tuple[int, int]]:
+        """(start, end) of the steps each expert samples, in turn; one model: all of them (``shipped``: as the
+        template has them, else as its stand-in samples them)."""
         if not self.experts:
-            return [(0, self.stand_in_steps or self.steps)]
+            return [(0, self.steps if shipped else self.stand_in_steps or self.steps)]
         return [(0, self.split_step), (self.split_step, self.steps)]
+
+    def fewer_steps(self, cache_widgets: dict, shipped: bool = True) -> list[tuple[int, bool]]:
+        """Each expert's steps in the fewer-steps branch, and whether exact (``example_templates.fewer_steps``)."""
+        return [fewer_steps(cache_widgets, end - start, self.blocks) for start, end in self.stage_steps(shipped)]
 
 
 KREA2 = "Krea-2 (ComfyUI native)"
@@ -116,11 +125,7 @@ EXPECTED = {
     "krea2_raw_cachedit.json": Example(52, 3.5, KREA2, RAW_FILES),
     "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", TURBO_FILES,
                                              loader="Krea2DiffusersLoader"),
-    "krea2_turbo_compare.json": Example(8, 1.0, KREA2, TURBO_FILES),
-    # Z-Image Turbo's usual recipe: 9 steps at CFG 1, res_multistep, ModelSamplingAuraFlow shift 3.
-    "zimage_turbo_compare.json": Example(9, 1.0, "Z-Image / Lumina 2 (ComfyUI native)", ZIMAGE_FILES,
-                                         sampler="res_multistep", clip_type="lumina2", cache_node="CacheDiTDBCache",
-                                         stand_in="zimage", vae="flux"),
+    "krea2_turbo_compare.json": Example(8, 1.0, KREA2, TURBO_FILES, blocks=KREA2_BLOCKS),
     # Every other family's compare template: one entry each in devkit/example_templates.py.
     **{name: Example.of(template) for name, template in FAMILY_TEMPLATES.items()},
 }
@@ -140,6 +145,35 @@ def load(path: Path) -> dict:
 
 def nodes_of(workflow: dict, node_type: str) -> list[dict]:
     return [node for node in workflow["nodes"] if node["type"] == node_type]
+
+
+def sampled_by(prompt: dict, decoder: str) -> str:
+    """The sampler whose latent a decoder decodes (through the split of an audio-video latent, LTX-2's)."""
+    source = prompt[decoder]["inputs"]["samples"][0]
+    if prompt[source]["class_type"] == "LTXVSeparateAVLatent":
+        source = prompt[source]["inputs"]["av_latent"][0]
+    return source
+
+
+def compare_branches(prompt: dict) -> dict[str, list[str]]:
+    """The samplers of each branch a compare template compares, first to last (one per expert in turn): "uncached"
+    (the reference of both compare nodes), "cached" (through the cache nodes) and "fewer" (the plain samplers at
+    fewer steps), each a candidate of its own compare node."""
+    samplers = {n for n, node in prompt.items() if node["class_type"] in SAMPLERS}
+    caches = {n for n, node in prompt.items() if node["class_type"] in CACHE_NODES}
+
+    def branch(image: list) -> list[str]:
+        chain = [sampled_by(prompt, image[0])]
+        while prompt[chain[0]]["inputs"]["latent_image"][0] in samplers:
+            chain.insert(0, prompt[chain[0]]["inputs"]["latent_image"][0])
+        return chain
+
+    compares = [node["inputs"] for node in prompt.values() if node["class_type"] == "Krea2CompareImages"]
+    (reference,) = {tuple(compare["reference"]) for compare in compares}
+    candidates = [branch(compare["candidate"]) for compare in compares]
+    (cached,) = [c for c in candidates if prompt[c[-1]]["inputs"]["model"][0] in caches]
+    (fewer,) = [c for c in candidates if prompt[c[-1]]["inputs"]["model"][0] not in caches]
+    return {"uncached": branch(list(reference)), "cached": cached, "fewer": fewer}
 
 
 # --- fixtures --------------------------------------------------------------------------
@@ -247,12 +281,16 @@ def test_example_settings(path, object_info):
     example = EXPECTED[path.name]
     samplers = [sampler for kind in SAMPLERS for sampler in nodes_of(workflow, kind)]
     assert samplers
+    prompt = to_api_prompt(workflow, object_info)
+    # The fewer-steps branch of a compare template samples the same recipe at other steps (checked below).
+    fewer = compare_branches(prompt)["fewer"] if path in COMPARE_EXAMPLES else []
     # One model: KSampler; two experts in turn: KSamplerAdvanced with their start and end steps.
     assert {sampler["type"] for sampler in samplers} == {"KSamplerAdvanced" if example.experts else "KSampler"}
     for sampler in samplers:
         values = {k: v[0] for k, v in widget_values(sampler, object_info[sampler["type"]]).items()}
-        recipe = (values["steps"], values["cfg"], values["sampler_name"], values["scheduler"])
-        assert recipe == (example.steps, example.cfg, example.sampler, example.scheduler), f"KSampler {sampler['id']}"
+        recipe = (values["cfg"], values["sampler_name"], values["scheduler"])
+        assert recipe == (example.cfg, example.sampler, example.scheduler), f"KSampler {sampler['id']}"
+        assert str(sampler["id"]) in fewer or values["steps"] == example.steps, f"KSampler {sampler['id']}"
     loaders = [loader for kind in CLIP_LOADERS for loader in nodes_of(workflow, kind)]
     assert loaders
     for loader in loaders:  # its type widget, or the type a loader without one loads (LTX-2's)
@@ -271,7 +309,6 @@ def test_example_settings(path, object_info):
         [example.cache_node] * len(example.stage_steps())
     cache_info = object_info[example.cache_node]
     defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
-    prompt = to_api_prompt(workflow, object_info)
     stages = []
     for cache in caches:
         values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
@@ -288,6 +325,8 @@ def test_example_settings(path, object_info):
         stages.append((prompt[upstream]["inputs"].get("unet_name"), steps))
     if example.experts:  # the high-noise expert first, then the low-noise one, each its own steps
         assert sorted(stages, key=lambda stage: stage[1]) == list(zip(example.experts, example.stage_steps()))
+    if fewer:
+        check_fewer_steps([prompt[n]["inputs"] for n in fewer], example.fewer_steps(defaults | example.cache))
     if example.conditioning:  # e.g. LTXVConditioning's frame rate: both prompts through it, into every sampler
         for sampler in samplers:
             inputs = prompt[str(sampler["id"])]["inputs"]
@@ -299,6 +338,19 @@ def test_example_settings(path, object_info):
             assert {prompt[node["inputs"][k][0]]["class_type"] for k in ("positive", "negative")} == {"CLIPTextEncode"}
     if example.audio_latent:  # every sampler starts from the video latent joined with the audio latent
         check_audio_video_latent(prompt, samplers, example)
+
+
+def check_fewer_steps(samplers: list[dict], planned: list[tuple[int, bool]]):
+    """The fewer-steps branch samples what the pack's plan says costs as much as the cached run: one model, its
+    steps; two experts in turn, their sum, the first expert's share first."""
+    counts = [steps for steps, _ in planned]
+    if len(samplers) == 1:
+        assert samplers[0]["steps"] == counts[0], (samplers, planned)
+        return
+    high, low = samplers
+    assert high["steps"] == low["steps"] == sum(counts), (samplers, planned)
+    assert (high["start_at_step"], high["end_at_step"], low["start_at_step"]) == (0, counts[0], counts[0])
+    assert low["end_at_step"] >= sum(counts)
 
 
 def check_audio_video_latent(prompt: dict, samplers: list[dict], example: Example):
@@ -327,43 +379,34 @@ def check_audio_video_latent(prompt: dict, samplers: list[dict], example: Exampl
 
 @pytest.mark.parametrize("path", COMPARE_EXAMPLES, ids=lambda p: p.stem)
 def test_compare_example_differs_only_by_the_cache_node(path, object_info):
-    """Two branches, one through Cache-DiT: same model(s), conds, latent, seed and VAE, then compared. A branch
-    is one sampler, or one per expert in turn (Wan 2.2 A14B), each of the cached one through its own node."""
+    """Three branches, one through Cache-DiT and one at fewer steps: same model(s), conds, latent, seed and VAE, the
+    cached and the fewer-steps image each compared with the uncached one. A branch is one sampler, or one per expert
+    in turn (Wan 2.2 A14B), each of the cached one through its own node."""
     prompt = to_api_prompt(load(path), object_info)
     samplers = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] in SAMPLERS}
     caches = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] in CACHE_NODES}
-    decoders = {n: node["inputs"] for n, node in prompt.items() if node["class_type"] == "VAEDecode"}
-    (compare,) = [node["inputs"] for node in prompt.values() if node["class_type"] == "Krea2CompareImages"]
-
-    def sampled_by(decoder: dict) -> str:
-        """The sampler whose latent a decoder decodes (through the split of an audio-video latent, LTX-2's)."""
-        source = decoder["samples"][0]
-        if prompt[source]["class_type"] == "LTXVSeparateAVLatent":
-            source = prompt[source]["inputs"]["av_latent"][0]
-        return source
-
-    def branch(image: str) -> list[str]:
-        """The samplers that made a compared image, first to last."""
-        chain = [sampled_by(decoders[compare[image][0]])]
-        while samplers[chain[0]]["latent_image"][0] in samplers:
-            chain.insert(0, samplers[chain[0]]["latent_image"][0])
-        return chain
-
-    cached, uncached = branch("candidate"), branch("reference")
-    assert len(cached) == len(uncached) == len(caches) and set(cached + uncached) == set(samplers)
-    assert samplers[cached[0]]["latent_image"] == samplers[uncached[0]]["latent_image"], "one empty latent"
-    for through, plain in zip(cached, uncached):
+    decoders = [n for n, node in prompt.items() if node["class_type"] == "VAEDecode"]
+    branches = compare_branches(prompt)
+    cached, uncached, fewer = branches["cached"], branches["uncached"], branches["fewer"]
+    assert len(cached) == len(uncached) == len(fewer) == len(caches)
+    assert sorted(cached + uncached + fewer) == sorted(samplers)
+    assert len({str(samplers[chain[0]]["latent_image"]) for chain in branches.values()}) == 1, "one empty latent"
+    for through, plain, short in zip(cached, uncached, fewer):
         cache_id = samplers[through]["model"][0]
         assert cache_id in caches, f"sampler {through} samples through a Cache-DiT node"
-        assert samplers[plain]["model"] == caches[cache_id]["model"], "the uncached sampler skips the node"
+        assert samplers[plain]["model"] == samplers[short]["model"] == caches[cache_id]["model"], (
+            "the uncached and fewer-steps samplers skip the node")
         same = lambda inputs: {k: v for k, v in inputs.items() if k not in ("model", "latent_image")}  # noqa: E731
         assert same(samplers[through]) == same(samplers[plain])
+        steps = ("steps", "start_at_step", "end_at_step")   # the fewer-steps branch's own (test_example_settings)
+        assert {k: v for k, v in same(samplers[short]).items() if k not in steps} == {
+            k: v for k, v in same(samplers[plain]).items() if k not in steps}
         seed = samplers[through].get("seed", samplers[through].get("noise_seed"))
         assert isinstance(seed, list) and prompt[seed[0]]["class_type"] == "PrimitiveInt", "one seed node for all"
     assert len({samplers[n]["model"][0] for n in cached}) == len(caches), "a cache node per model"
 
-    assert sorted(sampled_by(d) for d in decoders.values()) == sorted([cached[-1], uncached[-1]])
-    assert len({str(d["vae"]) for d in decoders.values()}) == 1, "one VAE decodes both"
+    assert sorted(sampled_by(prompt, d) for d in decoders) == sorted(chain[-1] for chain in branches.values())
+    assert len({str(prompt[d]["inputs"]["vae"]) for d in decoders}) == 1, "one VAE decodes all three"
 
 
 def check_compare_outputs(server, prompt: dict, entry: dict, compare_id: str, saved: dict) -> dict:
@@ -410,6 +453,13 @@ def test_example_runs_on_cpu(path, comfy_root, object_info, request):
                             model=model, context_features=context_features, pooled_features=spec.pooled_features,
                             attention_mask=spec.attention_mask,
                             prefix=f"examples/{path.stem}", steps=example.stand_in_steps, models=example.stand_ins)
+    compare = path in COMPARE_EXAMPLES
+    branches = compare_branches(to_api_prompt(load(path), object_info)) if compare else {}
+    cache_widgets = CACHE_DEFAULTS | example.cache
+    if compare and example.stand_in_steps:   # fewer steps than the stand-in's own, as the template has them
+        ((steps, _),) = example.fewer_steps(cache_widgets, shipped=False)
+        (fewer_id,) = branches["fewer"]
+        prompt[fewer_id]["inputs"]["steps"] = steps
     _, entry, runs = run_example_nodes(server, prompt)
     # Each cache node's record is its own run: its model's steps (an expert's share of them), in turn.
     runs = sorted(runs.values(), key=lambda run: run["sigmas"][0], reverse=True)
@@ -419,8 +469,35 @@ def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     for earlier, later in zip(runs, runs[1:]):  # the low-noise run starts where the high-noise one stopped
         assert earlier["sigmas"][-1] == pytest.approx(later["sigmas"][0])
     saved = saved_images(server, prompt, entry)
-    compared = [check_compare_outputs(server, prompt, entry, compare_id, saved)
-                for compare_id in [n for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"]]
+    compared = {prompt[n]["inputs"]["candidate"][0]: check_compare_outputs(server, prompt, entry, n, saved)
+                for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"}
     cached_steps = [run["cached_steps"] for run in runs]
+    if not compare:
+        return
+    by_branch = {name: compared[decoder] for decoder in compared for name, chain in branches.items()
+                 if chain[-1] == sampled_by(prompt, decoded_by(prompt, decoder))}
+    assert set(by_branch) == {"cached", "fewer"}, by_branch
     if any(cached_steps):  # served from the cache: the cached image cannot equal the uncached one
-        assert all(metrics["mae_255"] > 0 for metrics in compared), (cached_steps, compared)
+        assert by_branch["cached"]["mae_255"] > 0, (cached_steps, by_branch)
+    check_fewer_steps_run(runs, example, cache_widgets, [prompt[n]["inputs"] for n in branches["fewer"]],
+                          by_branch["fewer"])
+
+
+def check_fewer_steps_run(runs: list[dict], example: Example, cache_widgets: dict, samplers: list[dict],
+                          metrics: dict):
+    """The plan on the stand-in's own block lists against each cache node's record: the same step count where the
+    settings fix the steps cached, one the run cannot beat where the threshold decides; the template's block lists
+    are as many as the model's. The fewer-steps image is the uncached one exactly when it samples as many steps."""
+    for run in runs:
+        blocks = tuple(part["size"] for part in run["block_lists"]) or (run["block_evals_uncached"] // run["calls"],)
+        assert len(blocks) == len(example.blocks), (run["model"], run["block_lists"], example.blocks)
+        planned, exact = fewer_steps(cache_widgets, run["steps"], blocks)
+        assert run["full_calls"] <= run["calls"] and run["equal_cost_steps"] is not None, run
+        if exact:
+            assert run["equal_cost_steps"] == planned, (run["cached_steps"], run["equal_cost_steps"], planned)
+        else:
+            assert run["equal_cost_steps"] >= planned, (run["cached_steps"], run["equal_cost_steps"], planned)
+    steps = samplers[0]["steps"]
+    shipped = example.stand_in_steps or example.steps
+    assert steps <= shipped
+    assert (metrics["mae_255"] == 0) == (steps == shipped), (steps, shipped, metrics)

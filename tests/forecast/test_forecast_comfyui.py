@@ -42,6 +42,8 @@ def check_forecast(record: dict, family: str, calls_per_step: int):
     assert record["method"]["name"] == "forecast" and record["method"]["preset"] == "turbo_5_of_8"
     assert record["forecast_steps"] == FORECAST_STEPS and record["step_reasons"] == REASONS
     assert record["calls"] == 8 * calls_per_step
+    # 5 of 8 steps computed in full cost 5 steps, whatever the CFG layout: a forecast call runs no block.
+    assert (record["full_calls"], record["equal_cost_steps"]) == (5 * calls_per_step, 5), record
     # A forecast call runs no block; a computed one every block.
     assert [call[3] for call in record["call_log"]] == [
         0 if call[0] in FORECAST_STEPS else spec.blocks for call in record["call_log"]]
@@ -231,3 +233,5 @@ def test_the_stats_route_and_event_carry_the_forecast_run(comfy_server):
     assert record["residual_diffs"] == [None] * 8 and record["threshold_suggestions"] == []
     log = comfy_server.log_text()
     assert "Cache-DiT Forecast [node 5]: forecast steps 3/8" in log
+    saved = f"{record['block_evals_uncached'] - record['block_evals']}/{record['block_evals_uncached']}"
+    assert f"saved {saved} ({record['blocks_saved']:.0%}), 5 of 8 calls computed: as many as 5 steps, CFG 1" in log

@@ -16,7 +16,9 @@ Comfy-Org files are replaced:
   or Flux.2 VAE (``flux2-vae.safetensors``), ``TINY_VAES``; a checkpoint (LTXV's, LTX-2's) holds the tiny model
   and its VAE (and LTX-2's narrow audio VAE, which ``LTXVEmptyLatentAudio`` reads its latent's shape from);
 - resolution: 64x64. CFG, sampler and every Cache-DiT setting stay as shipped; steps too, unless the
-  test asks for fewer (``steps``).
+  test asks for fewer (``steps``);
+- a stand-in VAE whose images leave 0..1 (the random TAEHVs for LTX and HunyuanVideo 1.5 latents) has its decodes
+  clamped, as a real VAE's are, so a compare node sees what is saved.
 
 Used by tests/editor/test_example_workflows.py (every example) and tests/pack/test_manager_install.py
 (the Turbo template of the pack as ComfyUI-Manager installed it).
@@ -151,6 +153,10 @@ TINY_VAES = {"wan21": ("krea2_test_wan21_vae.safetensors", TINY_VAE_SCRIPT, []),
              "ltxv": ("krea2_test_taehv_ltx_vae.safetensors", TINY_TAEHV_SCRIPT, ["128"]),
              "minimax_h3": ("krea2_test_taehv_h3_vae.safetensors", TINY_TAEHV_SCRIPT, ["24"]),
              "ltx2_audio": ("krea2_test_ltx2_audio_vae.safetensors", TINY_LTX2_AUDIO_VAE_SCRIPT, [])}
+# The stand-ins whose images leave 0..1: ComfyUI's TAEHV decode gives its decoder's output as it is (only MiniMax H3's
+# is clamped), and a random decoder's goes past both ends. A real VAE's images lie in 0..1 (ComfyUI clamps them), and
+# a saved PNG holds no more: their decodes are clamped (``clamp_decoded``), so what is compared is what is saved.
+UNCLAMPED_VAES = {TINY_VAES[kind][0] for kind in ("hunyuan_video15", "ltxv")}
 
 
 def write_tiny_vae(comfy_root: Path, base_dir: Path, kind: str = "wan21") -> str:
@@ -244,6 +250,8 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
         del prompt[node_id]
     if any(node["class_type"] == "EmptyMiniMaxH3LatentAV" for node in prompt.values()):
         first_frames_only(prompt)
+    if vae_name in UNCLAMPED_VAES:
+        clamp_decoded(prompt)
     dangling = [(n, name) for n, node in prompt.items() for name, value in node["inputs"].items()
                 if isinstance(value, list) and value[0] not in prompt]
     assert not dangling, f"inputs still wired to removed nodes: {dangling}"
@@ -257,6 +265,25 @@ def first_frames_only(prompt: dict):
         prompt[f"{node_id}0"] = prompt[node_id]
         prompt[node_id] = {"class_type": "ImageFromBatch",
                            "inputs": {"image": [f"{node_id}0", 0], "batch_index": 0, "length": 1}}
+
+
+def clamp_decoded(prompt: dict):
+    """Each VAEDecode's images clamped to 0..1 in its place: ImageBlend at factor 0 is the image itself, clamped (the
+    decode moves to ``<id>0``, which saves and compares keep reading through)."""
+    for node_id in [n for n, node in prompt.items() if node["class_type"] == "VAEDecode"]:
+        prompt[f"{node_id}0"] = prompt[node_id]
+        image = [f"{node_id}0", 0]
+        prompt[node_id] = {"class_type": "ImageBlend",
+                           "inputs": {"image1": image, "image2": image, "blend_factor": 0.0, "blend_mode": "normal"}}
+
+
+def decoded_by(prompt: dict, image: str) -> str:
+    """The VAEDecode behind an image node: itself, or the decode whose images ``first_frames_only`` cut or
+    ``clamp_decoded`` clamped."""
+    while prompt[image]["class_type"] in ("ImageFromBatch", "ImageBlend"):
+        inputs = prompt[image]["inputs"]
+        image = (inputs.get("image") or inputs["image1"])[0]
+    return image
 
 
 def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str) -> dict:
@@ -327,12 +354,7 @@ def saved_images(server, prompt: dict, entry: dict) -> dict:
 
 def check_saved_images(server, prompt: dict, entry: dict):
     """Every SaveImage output exists at the test size; decoded images are not flat (NaN saves as black)."""
-    def decoded(node: dict) -> bool:  # a VAEDecode's images, or the first of them (``first_frames_only``)
-        if node["class_type"] == "ImageFromBatch":
-            node = prompt[node["inputs"]["image"][0]]
-        return node["class_type"] == "VAEDecode"
-
     for save_id, png in saved_images(server, prompt, entry).items():
         assert png.size == (TEST_SIZE, TEST_SIZE), f"image of node {save_id}"
-        if decoded(prompt[prompt[save_id]["inputs"]["images"][0]]):
+        if prompt[decoded_by(prompt, prompt[save_id]["inputs"]["images"][0])]["class_type"] == "VAEDecode":
             assert any(low != high for low, high in png.getextrema()), f"flat image from node {save_id}"
