@@ -240,7 +240,8 @@ function suggestionText(record) {
   }
   const picked = [...byCount.values()].sort((a, b) => a.distance - b.distance).slice(0, 3)
     .sort((a, b) => a.threshold - b.threshold);
-  return picked.map((s) => t("suggestion", { threshold: num(s.threshold), count: s.count }));
+  return picked.map((s) => t("suggestion", { threshold: num(s.threshold), count: s.count,
+    equal: s.equal_cost_steps ?? "?" }));
 }
 
 // Wall-clock of this run against the pack's estimate of it uncached (from its own call timings).

@@ -112,7 +112,14 @@ class DBCachePlan:
         """DBCache's own parts of the record: the thresholds that would have cached other steps, and the
         calibrator that ran with the parameters it read."""
         advisor_input = [s.advisor_input for o in observations for s in o.streams if s.advisor_input is not None]
-        return {"threshold_suggestions": suggest_thresholds(advisor_input),
+        suggestions = suggest_thresholds(advisor_input)
+        if observations:
+            # What each suggestion would cost in plain steps: a threshold that caches k steps may still lose to
+            # that many uncached steps (the record cannot know the image; the compare templates show it).
+            blocks = [n for _, n in observations[0].block_lists] or [observations[0].num_blocks]
+            for suggestion in suggestions:
+                suggestion["equal_cost_steps"] = self.steps_costing(len(suggestion["cached_steps"]), blocks)
+        return {"threshold_suggestions": suggestions,
                 "calibrator": calibrator_summary(dataclasses.asdict(self.settings), streams)}
 
     @property
@@ -136,7 +143,10 @@ class DBCachePlan:
         Each block list is its own cache context: a cached call still runs its first Fn and last Bn blocks in
         each. Every stream caches the same steps, so one stream's count is the run's.
         """
-        cached = len(self.most_cached_steps())
+        return self.steps_costing(len(self.most_cached_steps()), blocks)
+
+    def steps_costing(self, cached: int, blocks: Sequence[int]) -> int:
+        """The step count whose uncached run costs as much as this plan's run with ``cached`` steps cached."""
         per_call, per_cached_call = sum(blocks), len(blocks) * (self.settings.Fn_compute_blocks
                                                                 + self.settings.Bn_compute_blocks)
         block_evals = (self.steps - cached) * per_call + cached * per_cached_call

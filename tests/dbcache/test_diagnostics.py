@@ -109,12 +109,19 @@ def test_suggested_thresholds_cache_what_they_promise_give_or_take_one(transform
     assert [s["threshold"] for s in suggestions] == sorted(s["threshold"] for s in suggestions)
     counts = [len(s["cached_steps"]) for s in suggestions]
     assert counts == sorted(set(counts)) and counts[0] >= 1
+    # What each would cost in plain steps: fewer with every step more it caches, never more than the run's.
+    costs = [s["equal_cost_steps"] for s in suggestions]
+    assert costs == sorted(costs, reverse=True) and costs[0] <= len(measured.step_reasons), costs
+    rerun_costs = []
     for suggestion in suggestions:
         low, high = suggestion["range"]
         assert low < suggestion["threshold"] < high or suggestion["threshold"] == 1.0
         rerun = record_of(run_single(transformer, DBCacheSettings(residual_diff_threshold=suggestion["threshold"]),
                            Stream(COND, 1)))
         assert abs(len(rerun.cached_steps) - len(suggestion["cached_steps"])) <= 1, (suggestion, rerun.cached_steps)
+        if len(rerun.cached_steps) == len(suggestion["cached_steps"]):
+            rerun_costs.append((suggestion["equal_cost_steps"], rerun.equal_cost_steps))
+    assert rerun_costs and all(said == ran for said, ran in rerun_costs), rerun_costs
 
 
 def test_time_estimate_adds_what_the_cached_calls_saved(transformer, measured):
