@@ -351,6 +351,9 @@ def test_the_panel_speaks_the_editors_language(browser_tools, editor_server, tmp
     assert (int(saved["run"]), int(saved["uncached"])) == (record["block_evals"], record["block_evals_uncached"])
     suggestions = [re.fullmatch(template_pattern(zh["suggestion"]), shown) for shown in live["suggestions"]]
     assert suggestions and all(suggestions), live["suggestions"]
+    # Each suggestion with the plain step count it would cost as much as, one of the record's.
+    costs = {str(s["equal_cost_steps"]) for s in record["threshold_suggestions"]}
+    assert all(shown["equal"] in costs for shown in suggestions), (live["suggestions"], costs)
     english = [line for line in ("Cached steps", "Block evals saved", "calls computed", "separate CFG",
                                  "Residual diff per step")
                if line in text]
