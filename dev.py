@@ -4,9 +4,10 @@
     python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
     python3 dev.py test    # the whole test suite (what CI runs)
 
-With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py), built once into
-~/.cache/krea2-cachedit (about 13 minutes on 2 CPU cores): ``test`` builds it first; ``demo``, when
-it is not built yet, shows the seeded-random model's table first and builds it after that.
+With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py, about 13 minutes on 2
+CPU cores) and the Turbo proxy distilled from it (devkit/krea2_turbo_proxy.py, about 9 minutes of one
+core more), built once into ~/.cache/krea2-cachedit: ``test`` builds both first; ``demo``, when they
+are not built yet, shows the seeded-random model's table first and builds them after that.
 
 and the GPU check (docs/gpu-check.md): Krea-2 Turbo and Raw at full size on a GPU machine
 without network, with and without the cache and torch.compile:
@@ -126,14 +127,25 @@ def prepare_packaging_tools():
     print(f"comfy-cli setup: {status}", flush=True)
 
 
+# The proxy tier's two models, built in this order (the Turbo proxy is distilled from the trained proxy).
+PROXY_BUILDS = (("Krea-2 proxy", "krea2_proxy.py"), ("Krea-2 Turbo proxy", "krea2_turbo_proxy.py"))
+
+
 def prepare_proxy(python: Path, comfy_root: Path | None):
-    """The small trained Krea-2 for the proxy tier: trained once (a few minutes, with a progress bar)
-    into a cache outside the repository, reused while its generator is unchanged."""
+    """The proxy tier's models, each built once into a cache outside the repository (with a progress
+    bar) and reused while its generator is unchanged: the small trained Krea-2 (the 52-step, CFG 3.5
+    regime's), then the Turbo proxy distilled from it (the 8-step, CFG 1 regime's)."""
     if comfy_root is None:
         return
-    result = subprocess.run([python, REPO / "devkit" / "krea2_proxy.py", "ensure", "--comfyui", comfy_root])
-    status = "ok" if result.returncode == 0 else f"FAILED ({consequence('proxy')})"
-    print(f"Krea-2 proxy setup: {status}", flush=True)
+    failed = None
+    for name, script in PROXY_BUILDS:
+        if failed:   # the Turbo proxy's build would train the failed proxy again before distilling
+            print(f"{name} setup: not tried ({failed} failed; {consequence('proxy')})", flush=True)
+            continue
+        result = subprocess.run([python, REPO / "devkit" / script, "ensure", "--comfyui", comfy_root])
+        failed = name if result.returncode else None
+        status = "ok" if result.returncode == 0 else f"FAILED ({consequence('proxy')})"
+        print(f"{name} setup: {status}", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -2,8 +2,10 @@
 
 The peer benchmark says how far a forecasting preset's image lands from the uncached one; this
 script says at which steps that error is made. In one process, ComfyUI's own sampler
-(``comfy.sample``) samples the trained Krea-2 proxy on the peer benchmark's images in its two
-regimes (8 steps CFG 1; 52 steps CFG 3.5, cond and uncond batched in one call):
+(``comfy.sample``) samples the peer benchmark's images in its two regimes, each on its model: 8 steps
+CFG 1 on the Turbo proxy (distilled for them), 52 steps CFG 3.5 (cond and uncond batched in one call)
+on the trained proxy; both decode with the trained proxy's codec, and the results name the build each
+regime sampled (``regimes.<name>.proxy``):
 
 - **uncached**, keeping at every step the feature the forecasting node forecasts: the input of
   the model's final layer (the registry's ``final_layer`` seam), one per call: one stream at
@@ -43,6 +45,7 @@ sys.path[:0] = [str(BENCH_DIR), str(BENCH_DIR.parent / "devkit")]
 import torch  # noqa: E402
 
 from comfy_harness import find_comfyui, load_pack, use_comfyui_in_process  # noqa: E402
+from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL  # noqa: E402
 
 PACK = load_pack().__name__   # imports no ComfyUI
 feature_forecast = importlib.import_module(f"{PACK}.adapters.forecast.feature_forecast")
@@ -52,7 +55,8 @@ Forecaster, FeatureHistory = feature_forecast.Forecaster, feature_forecast.Featu
 ForecastSchedule, ForecastSettings = forecast_schedule.ForecastSchedule, forecast_settings.ForecastSettings
 
 RESULTS = BENCH_DIR / "results" / "forecast_error.json"
-REGIMES = {"turbo": (8, 1.0), "raw": (52, 3.5)}
+# (steps, CFG, the model it samples): the peer benchmark's regimes (benchmarks/peers/cases.py).
+REGIMES = {"turbo": (8, 1.0, TURBO_PROXY_MODEL), "raw": (52, 3.5, PROXY_MODEL)}
 # The settings the peer benchmark measures (benchmarks/peers/cases.py), by regime.
 NAMED = {"turbo": ("turbo_5_of_8", "turbo_4_of_8", "spectrum_paper", "spectrum_paper_fast"),
          "raw": ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52", "spectrum_paper", "spectrum_paper_fast")}
@@ -282,7 +286,7 @@ def rounded(value):
 
 
 def run_regime(sampler: ProxySampler, regime: str, images, decode, search: bool, progress=print) -> dict:
-    steps, cfg = REGIMES[regime]
+    steps, cfg, _ = REGIMES[regime]
     reference = [sampler.sample(image, steps, cfg, None) for image in images]
     per_image = [ref.features for ref in reference]
     img_tokens = sampler.image_tokens(reference[0].latent)
@@ -321,6 +325,16 @@ def run_regime(sampler: ProxySampler, regime: str, images, decode, search: bool,
     return out
 
 
+def regime_build(model: str, comfy_root: Path, builds: dict):
+    """The build behind a regime's model file name (``REGIMES``), from its cache, once per run."""
+    if model not in builds:
+        from krea2_proxy import ensure_proxy
+        from krea2_turbo_proxy import ensure_turbo_proxy
+
+        builds[model] = {PROXY_MODEL: ensure_proxy, TURBO_PROXY_MODEL: ensure_turbo_proxy}[model](comfy_root)
+    return builds[model]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--regimes", default=",".join(REGIMES), help="turbo, raw or both (comma-separated)")
@@ -334,21 +348,24 @@ def main(argv=None):
     unknown = set(args.regimes.split(",")) - set(REGIMES)
     if unknown:
         parser.error(f"--regimes: unknown {sorted(unknown)}; choose from {sorted(REGIMES)}")
-    from krea2_proxy import ensure_proxy
     from peers.cases import IMAGES
 
-    proxy = ensure_proxy(comfy_root)
     use_comfyui_in_process(comfy_root)
     torch.set_num_threads(1)
-    sampler = ProxySampler(proxy.checkpoint)
     images = IMAGES[:args.images]
-    results = {"proxy": proxy.checkpoint.parent.name, "images": [list(i) for i in images],
-               "note": "small trained Krea-2 proxy on procedural images: dynamics, not Krea-2 quality",
+    builds = {}
+    results = {"proxy": regime_build(PROXY_MODEL, comfy_root, builds).checkpoint.parent.name,
+               "images": [list(i) for i in images],
+               "note": "small trained Krea-2 proxies on procedural images (8 steps: the Turbo proxy distilled for "
+                       "them; 52 steps: the trained proxy, whose codec decodes both): dynamics, not Krea-2 quality",
                "regimes": {}}
     with torch.inference_mode():
         for regime in args.regimes.split(","):
-            results["regimes"][regime] = run_regime(sampler, regime, images, proxy.decode, not args.no_search,
-                                                    progress=lambda text: print(text, flush=True))
+            model = REGIMES[regime][2]
+            build = regime_build(model, comfy_root, builds)
+            out = run_regime(ProxySampler(build.checkpoint), regime, images, build.decode, not args.no_search,
+                             progress=lambda text: print(text, flush=True))
+            results["regimes"][regime] = {"model": model, "proxy": build.checkpoint.parent.name, **out}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False))
 

@@ -1,9 +1,10 @@
 """Krea-2 Cache-DiT against ComfyUI's own step caches, EasyCache and LazyCache: image quality at equal speed.
 
-Samples the small trained Krea-2 proxy through the real ComfyUI server on the CPU with this pack's
+Samples the small trained Krea-2 proxies through the real ComfyUI server on the CPU with this pack's
 node, with ComfyUI's ``EasyCache`` and ``LazyCache``, and plainly at fewer steps (euler, and ComfyUI's
-multistep samplers), the same seeds and graphs side by side in one run, Turbo-like (8 steps, CFG 1)
-and Raw-like (52 steps, CFG 3.5, cond and uncond batched). Per regime, at each peer setting: the node
+multistep samplers), the same seeds and graphs side by side in one run, Turbo-like (8 steps, CFG 1, on
+the Turbo proxy distilled for it) and Raw-like (52 steps, CFG 3.5, cond and uncond batched, on the
+trained proxy). Per regime, at each peer setting: the node
 setting with the lowest MAE among those at least as fast (within 5%); at each node and peer setting
 that skips work: fewer steps at its speed (euler's curve, the nearest multistep sampler as fast); then
 the targets as ``check:`` lines (the node's own cost from ``--own-cost-repeats``
@@ -41,13 +42,11 @@ from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL  # noqa: E402
 RESULTS_DIR = BENCH_DIR / "results"
 
 
-def model_checkpoints(proxy) -> dict[str, Path]:
+def model_checkpoints(proxy, turbo_proxy) -> dict[str, Path]:
     """The checkpoint behind each model file name a regime samples (``cases.Regime.model``): the trained
-    proxy and the Turbo proxy distilled from it. The images of every regime are decoded with the proxy's
-    decoder (the distilled proxy shares its latent space)."""
-    from krea2_turbo_proxy import ensure_turbo_proxy
-
-    return {PROXY_MODEL: proxy.checkpoint, TURBO_PROXY_MODEL: ensure_turbo_proxy(quiet=True).checkpoint}
+    proxy (Raw-like) and the Turbo proxy distilled from it (Turbo-like). The images of every regime are
+    decoded with the proxy's decoder (the Turbo proxy shares its codec: one latent space)."""
+    return {PROXY_MODEL: proxy.checkpoint, TURBO_PROXY_MODEL: turbo_proxy.checkpoint}
 
 
 def link_models(base: Path, cases, checkpoints: dict) -> None:
@@ -66,12 +65,13 @@ def run(args) -> tuple[list[dict], dict]:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     load_pack()
     from krea2_proxy import ensure_proxy
+    from krea2_turbo_proxy import ensure_turbo_proxy
 
-    proxy = ensure_proxy(comfy_root)
+    proxy, turbo_proxy = ensure_proxy(comfy_root), ensure_turbo_proxy(comfy_root)
     cases = quick_cases() if args.quick else full_cases(tuple(args.regimes.split(",")))
     images = IMAGES[:args.images]
     base = ComfyServer.prepare_base_dir(Path(tempfile.mkdtemp(prefix="krea2_peers_")))
-    link_models(base, cases, model_checkpoints(proxy))
+    link_models(base, cases, model_checkpoints(proxy, turbo_proxy))
     server = ComfyServer(comfy_root, base).start()
     try:
         progress = lambda text: print(text, flush=True)  # noqa: E731
@@ -80,7 +80,7 @@ def run(args) -> tuple[list[dict], dict]:
             if args.own_cost_repeats else None
     finally:
         server.stop()
-    info = conditions(comfy_root, proxy, images, args.repeats, os.environ.get("OMP_NUM_THREADS"))
+    info = conditions(comfy_root, proxy, images, args.repeats, os.environ.get("OMP_NUM_THREADS"), turbo_proxy)
     # A quick run never replaces the full run's figures.
     return report(rows, info, Path(args.out), stem="peers_quick" if args.quick else "peers", own_cost=own_cost)
 

@@ -1,10 +1,11 @@
 """Krea-2 Cache-DiT, side by side: the same sampling with and without the cache, in one run.
 
-Default (no arguments): the small trained Krea-2 proxy (devkit/krea2_proxy.py; trained once,
-about 13 minutes on 2 CPU cores, then cached) sampled on the CPU through the real ComfyUI server
-when one is found (see the README for how it is found), Turbo-like (8 steps, CFG 1) and Raw-like
-(52 steps, CFG 3.5), with the node's defaults, step masks, TaylorSeer and a threshold sweep. Its
-images are decoded, so the cost of caching is measured as MAE/255 and PSNR of the cached image
+Default (no arguments): the small trained Krea-2 proxies sampled on the CPU through the real ComfyUI
+server when one is found (see the README for how it is found), Turbo-like (8 steps, CFG 1) on the Turbo
+proxy distilled for them (devkit/krea2_turbo_proxy.py) and Raw-like (52 steps, CFG 3.5) on the trained
+proxy (devkit/krea2_proxy.py); both built once, about 13 and 11 minutes on 2 CPU cores, then cached;
+with the node's defaults, step masks, TaylorSeer and a threshold sweep. Their
+images are decoded (one codec), so the cost of caching is measured as MAE/255 and PSNR of the cached image
 against the uncached one (a small model on procedural images: dynamics, not Krea-2 quality).
 ``--random`` samples a mid-size seeded-random Krea-2 instead (speed at a larger shape; random
 weights never cache at the default threshold); without ComfyUI the benchmark samples that one
@@ -35,8 +36,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "devkit"))
 
 from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
-from krea2_prompts import (FORECAST_CUSTOM_DEFAULTS, PROXY_MODEL, krea2_prompt, proxy_prompt,  # noqa: E402
-                           with_forecast)
+from krea2_prompts import (FORECAST_CUSTOM_DEFAULTS, PROXY_MODEL, TURBO_PROXY_MODEL, krea2_prompt,  # noqa: E402
+                           proxy_prompt, with_forecast)
 from spread import (MIN_REPEATS, Spread, above_ideal, at_least, caching_efficiency, keep_repeating,  # noqa: E402
                     paired_ratios, show, spread, within)
 
@@ -61,6 +62,8 @@ class Case:
     # The whole-call forecasting node instead of the DBCache one (``with_forecast``'s arguments: a preset,
     # or "custom" and its settings); ``cache`` is then {} (the node is there).
     forecast: dict | None = None
+    # The proxy table's model file name (PROXY_MODEL or TURBO_PROXY_MODEL); None where the run names one model.
+    model: str | None = None
 
 
 OFF = {"residual_diff_threshold": 0.0}  # the node with caching off: the uncached run, timed by the node
@@ -95,11 +98,18 @@ FEWER_STEPS = "fewer steps: euler"      # plain euler at fewer steps, no node (i
 FORECAST_PRESETS = {8: ("turbo_5_of_8", "turbo_4_of_8"), 52: ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52", "spectrum_paper")}
 
 
+# The proxy table's regimes: (case name prefix, steps, CFG, step masks, the model): Turbo-like on the Turbo
+# proxy (distilled for 8 steps at CFG 1, as Krea-2 Turbo is), Raw-like on the trained proxy.
+PROXY_REGIMES = (("", 8, 1.0, ("fast", "ultra"), TURBO_PROXY_MODEL),
+                 ("raw ", 52, 3.5, ("medium", "fast"), PROXY_MODEL))
+
+
 def proxy_cases() -> list[Case]:
-    """Turbo-like and Raw-like runs of the proxy: defaults, masks, TaylorSeer, a threshold sweep, the
-    whole-call forecasting node's presets, and plain euler at the model calls of the masks and presets."""
+    """Turbo-like and Raw-like runs of the proxies: defaults, masks, TaylorSeer, a threshold sweep, the
+    whole-call forecasting node's presets, and plain euler at the model calls of the masks and presets,
+    each regime on its model (``PROXY_REGIMES``)."""
     cases = []
-    for prefix, steps, cfg, masks in (("", 8, 1.0, ("fast", "ultra")), ("raw ", 52, 3.5, ("medium", "fast"))):
+    for prefix, steps, cfg, masks, model in PROXY_REGIMES:
         regime = [Case(f"{prefix}uncached", steps, cfg, None), Case(f"{prefix}caching off", steps, cfg, OFF),
                   Case(f"{prefix}node defaults", steps, cfg, {}),
                   Case(f"{prefix}defaults + TaylorSeer", steps, cfg, {"calibrator": "taylorseer"})]
@@ -107,7 +117,7 @@ def proxy_cases() -> list[Case]:
         regime += [Case(f"{prefix}threshold {t:g}", steps, cfg, {"residual_diff_threshold": t})
                    for t in PROXY_THRESHOLDS]
         regime += [forecast(f"{prefix}forecast {preset}", steps, cfg, preset) for preset in FORECAST_PRESETS[steps]]
-        cases += regime + fewer_steps_cases(regime, prefix)
+        cases += [dataclasses.replace(c, model=model) for c in regime + fewer_steps_cases(regime, prefix)]
     return cases
 
 
@@ -136,12 +146,12 @@ def planned_calls(case: Case) -> int | None:
 
 
 def fewer_steps_cases(cases: list[Case], prefix: str = "") -> list[Case]:
-    """Plain euler (no node) at each call count below the full steps that one regime's cases (same steps
-    and CFG) fix in advance: the first thing a user tries to sample faster, at as many model calls as
-    the cached rows it stands beside."""
-    steps, cfg = cases[0].steps, cases[0].cfg
+    """Plain euler (no node) at each call count below the full steps that one regime's cases (same steps,
+    CFG and model) fix in advance: the first thing a user tries to sample faster, at as many model calls
+    as the cached rows it stands beside."""
+    steps, cfg, model = cases[0].steps, cases[0].cfg, cases[0].model
     counts = {planned_calls(c) for c in cases} - {None, steps}
-    return [Case(f"{prefix}{FEWER_STEPS} {n}", n, cfg, None) for n in sorted(counts, reverse=True)]
+    return [Case(f"{prefix}{FEWER_STEPS} {n}", n, cfg, None, model=model) for n in sorted(counts, reverse=True)]
 
 
 def reference_case(name: str) -> str:
@@ -190,9 +200,11 @@ def run_comfyui(args, comfy_root: Path) -> list[dict]:
         model_name, features = link.name, 12 * 2560  # the native krea2 text encoder's layout
     elif not args.random:
         from krea2_proxy import ensure_proxy
+        from krea2_turbo_proxy import ensure_turbo_proxy
 
-        proxy = ensure_proxy(comfy_root)
+        proxy = ensure_proxy(comfy_root)   # its codec decodes both regimes' images
         (base / "models" / "diffusion_models" / PROXY_MODEL).symlink_to(proxy.checkpoint)
+        (base / "models" / "diffusion_models" / TURBO_PROXY_MODEL).symlink_to(ensure_turbo_proxy(comfy_root).checkpoint)
         model_name, features = PROXY_MODEL, proxy.settings.context_features
     else:
         shape = Krea2Shape(**MID_SIZE)
@@ -208,9 +220,9 @@ def run_comfyui(args, comfy_root: Path) -> list[dict]:
 
 def case_prompt(case: Case, model_name: str, features: int, seed: int, size: int, tokens: int,
                 proxy=None) -> dict:
-    if proxy is not None:  # each repeat samples another class of the proxy's data set
+    if proxy is not None:  # each repeat samples another class of the proxy's data set, on the case's model
         prompt = proxy_prompt(label=seed % 8, cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed,
-                              prefix=f"bench_{case.name.replace(' ', '_')}")
+                              model=case.model or PROXY_MODEL, prefix=f"bench_{case.name.replace(' ', '_')}")
     else:
         prompt = krea2_prompt(cfg=case.cfg, steps=case.steps, cache=case.cache, seed=seed, size=size,
                               model=model_name, pos_tokens=tokens, neg_tokens=tokens,
@@ -482,17 +494,31 @@ def main(argv=None):
         print(f"Using ComfyUI at {comfy_root}", flush=True)
     proxy_built = True
     if comfy_root is not None and not (args.model or args.random):
-        from krea2_proxy import EXPECTED_BUILD_MINUTES, is_built
-
-        proxy_built = is_built()
-        if not proxy_built:
-            print(f"The trained Krea-2 proxy is not built yet: first the seeded-random model's table (a few "
-                  f"minutes), then the proxy is trained once (about {EXPECTED_BUILD_MINUTES} minutes on 2 CPU "
-                  f"cores, cached for later runs) and its table follows.", flush=True)
+        missing = unbuilt_proxies()
+        proxy_built = not missing
+        if missing:
+            print(f"Not built yet: {' and '.join(missing)}. First the seeded-random model's table (a few minutes), "
+                  f"then the builds (cached for later runs) and the proxies' table.", flush=True)
     rows = []
     for model in demo_models(args, comfy_root is not None, proxy_built):
         rows = run_model(args, model, comfy_root)
     return rows
+
+
+def unbuilt_proxies() -> list[str]:
+    """The proxy table's builds its cache lacks, each with its rough build time: the trained proxy (the
+    52-step rows') and the Turbo proxy distilled from it (the 8-step rows')."""
+    import krea2_proxy
+    import krea2_turbo_proxy
+
+    missing = []
+    if not krea2_proxy.is_built():
+        missing.append(f"the trained Krea-2 proxy (trained once, about {krea2_proxy.EXPECTED_BUILD_MINUTES} minutes "
+                       f"on 2 CPU cores)")
+    if not krea2_turbo_proxy.is_built():
+        missing.append(f"the Turbo proxy (distilled from it once, about {krea2_turbo_proxy.EXPECTED_BUILD_MINUTES} "
+                       f"minutes on 2 CPU cores)")
+    return missing
 
 
 def demo_models(args, comfy_found: bool, proxy_built: bool) -> list[str]:
@@ -516,7 +542,8 @@ def run_model(args, model: str, comfy_root: Path | None) -> list[dict]:
         args = argparse.Namespace(**{**vars(args), "random": model == "random"})
         rows = run_comfyui(args, comfy_root)
         name = {"model": f"model {args.model}", "random": "generated mid-size seeded-random Krea-2",
-                "proxy": "small trained Krea-2 proxy, 128x128"}[model]
+                "proxy": "small trained Krea-2 proxies, 128x128: 8 steps on the Turbo proxy, 52 on the trained "
+                         "proxy"}[model]
         where = f"ComfyUI, {'GPU' if args.gpu else f'CPU, {threads_label(args)}'}, {name}"
     print_table(rows, where)
     fewer = fewer_steps_lines(rows)

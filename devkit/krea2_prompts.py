@@ -118,7 +118,8 @@ def guided_prompt(guider: dict, *, steps=8, sampler="euler", cache: dict | None 
 
 
 PROXY_MODEL = "krea2_proxy.safetensors"                # the small trained Krea-2 (devkit/krea2_proxy.py)
-TURBO_PROXY_MODEL = "krea2_turbo_proxy.safetensors"    # the proxy distilled for 8 steps at CFG 1 (krea2_turbo_proxy.py)
+# The proxy distilled to 8 steps at CFG 1 (devkit/krea2_turbo_proxy.py): the few-step (Turbo-like) regime's model.
+TURBO_PROXY_MODEL = "krea2_turbo_proxy.safetensors"
 PROXY_RANDOM_MODEL = "krea2_proxy_random.safetensors"  # seeded-random weights of the proxy's shape
 PROXY_SIZE = 128
 

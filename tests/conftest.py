@@ -6,8 +6,9 @@ Test tiers (see docs/development.md, "Test tiers"), reported one line each at th
 - browser: headless Chromium against that server (skipped without Chromium/Node);
 - realshape: Krea-2 at its real width and heads (two blocks) through that server, and the pieces
   whose sizes matter on real-size residuals (``tests/test_realshape_*.py``);
-- proxy: the small trained Krea-2 (devkit/krea2_proxy.py) through that server: caching where it
-  matters (threshold decisions, quality cost).
+- proxy: the small trained Krea-2 (devkit/krea2_proxy.py, the 52-step regime's) and the Turbo proxy
+  distilled from it (devkit/krea2_turbo_proxy.py, the 8-step regime's) through that server: caching
+  where it matters (threshold decisions, quality cost).
 A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it
 uses ComfyUI, else "core"; a new tier needs nothing but the marker.
 
@@ -277,14 +278,24 @@ def proxy(comfy_root):
 
 
 @pytest.fixture(scope="session")
-def proxy_server(comfy_root, tmp_path_factory, proxy):
-    """A real ComfyUI server with the proxy and seeded-random weights of the proxy's shape installed."""
-    from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL
+def turbo_proxy(comfy_root, proxy):
+    """The proxy distilled to 8 steps at CFG 1 (devkit/krea2_turbo_proxy.py): the few-step regime's model;
+    it decodes with the proxy's codec (distilled after the proxy when the cache has none)."""
+    from krea2_turbo_proxy import ensure_turbo_proxy
+
+    return ensure_turbo_proxy(comfy_root)
+
+
+@pytest.fixture(scope="session")
+def proxy_server(comfy_root, tmp_path_factory, proxy, turbo_proxy):
+    """A real ComfyUI server with the proxy, the Turbo proxy and seeded-random weights of their shape installed."""
+    from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, TURBO_PROXY_MODEL
     from krea2_synthetic import Krea2Shape, save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_proxy_base"))
     models = base / "models" / "diffusion_models"
     (models / PROXY_MODEL).symlink_to(proxy.checkpoint)
+    (models / TURBO_PROXY_MODEL).symlink_to(turbo_proxy.checkpoint)
     save_native_checkpoint(models / PROXY_RANDOM_MODEL, Krea2Shape(**proxy.settings.shape_kwargs()), seed=0)
     server = ComfyServer(comfy_root, base).start()
     yield server

@@ -1,9 +1,10 @@
 """The peer benchmark's case catalogue: the methods, the settings swept along each, the images.
 
-A case is one graph on the proxy: uncached, through this pack's node (``cache``: its inputs),
+A case is one graph on a regime's proxy: uncached, through this pack's node (``cache``: its inputs),
 through ComfyUI's EasyCache or LazyCache (``peer``), or plain sampling at fewer steps (the first
-thing a user tries to sample faster), in a Turbo-like or a Raw-like regime. Its ``method`` names
-the curve it belongs to, its ``setting`` what varies along that curve.
+thing a user tries to sample faster), in a Turbo-like regime (on the Turbo proxy) or a Raw-like one
+(on the trained proxy). Its ``method`` names the curve it belongs to, its ``setting`` what varies
+along that curve.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ class Regime:
 
 # The core nodes' own defaults besides the threshold (their reuse_threshold default is 0.2).
 PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
-# Turbo-like runs sample the proxy distilled for 8 steps at CFG 1, as Krea-2 Turbo is; Raw-like runs the
-# trained proxy it was distilled from.
-REGIMES = {"turbo": Regime(8, 1.0, TURBO_PROXY_MODEL), "raw": Regime(52, 3.5)}
+# Turbo-like on the Turbo proxy (distilled for 8 steps at CFG 1, as Krea-2 Turbo is), Raw-like on the trained proxy.
+REGIMES = {"turbo": Regime(8, 1.0, TURBO_PROXY_MODEL), "raw": Regime(52, 3.5, PROXY_MODEL)}
 
 # UNCACHED and CACHING_OFF_FULL_TEXT (the node with caching off and the text path on every call: its
 # own per-call cost) are named in projection.py, which prices rows by them.

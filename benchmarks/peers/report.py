@@ -38,17 +38,24 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | None) -> dict:
+def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | None, turbo_proxy) -> dict:
+    """The run's conditions; ``proxies``: the build (cache folder) each regime sampled, ``proxy`` the one
+    whose codec decoded every image."""
     import torch
 
+    from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+
     version = re.search(r'__version__\s*=\s*"([^"]+)"', (comfy_root / "comfyui_version.py").read_text())
+    builds = {PROXY_MODEL: proxy.checkpoint.parent.name, TURBO_PROXY_MODEL: turbo_proxy.checkpoint.parent.name}
     return {"date": datetime.date.today().isoformat(), "comfyui": version.group(1) if version else "unknown",
             "torch": torch.__version__, "device": "CPU", "threads": threads,
             "proxy": proxy.checkpoint.parent.name, "models": {name: regime.model for name, regime in REGIMES.items()},
+            "proxies": {name: builds[regime.model] for name, regime in REGIMES.items()},
             "image_size": proxy.settings.image_size,
             "sampler": "euler/simple (the fewer-steps rows: their own sampler, simple)",
             "images": [list(i) for i in images], "repeats": repeats,
-            "note": "small trained Krea-2 proxy on procedural images: dynamics, not Krea-2 quality"}
+            "note": "small trained Krea-2 proxies on procedural images (Turbo-like: the Turbo proxy distilled for 8 "
+                    "steps at CFG 1; Raw-like: the trained proxy): dynamics, not Krea-2 quality"}
 
 
 def write_results(rows: list[dict], comparisons: dict, info: dict, out_dir: Path,

@@ -1,6 +1,7 @@
 """The demo's fewer-steps rows (benchmarks/speedup.py, ``python3 dev.py demo``): plain euler at as many
 model calls as the cached rows whose calls are fixed in advance, its MAE against the uncached image
-beside theirs; on the proxy through the real ComfyUI server."""
+beside theirs; on the proxies through the real ComfyUI server (8 steps: the Turbo proxy; 52 steps: the
+trained proxy)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,16 @@ def test_the_demo_runs_euler_at_the_calls_of_its_masks_and_presets():
     assert planned_calls(Case("odd", 5, 1.0, {"steps_mask": "fast"})) is None
 
 
+def test_the_demo_samples_8_steps_on_the_turbo_proxy_and_52_on_the_trained_one():
+    """Every 8-step row, fewer steps included (set against the 8-step uncached image), on the Turbo proxy."""
+    from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+
+    models = {c.name: c.model for c in speedup.proxy_cases()}
+    for name, model in models.items():
+        assert model == (PROXY_MODEL if speedup.reference_case(name) == "raw uncached" else TURBO_PROXY_MODEL), name
+    assert models["fewer steps: euler 5"] == TURBO_PROXY_MODEL and models["raw fewer steps: euler 13"] == PROXY_MODEL
+
+
 def demo_row(case, mae, calls=None, caching=True, steps=8, uncached="uncached", wall=1.0):
     return {"case": case, "mae_255": mae, "planned_calls": calls, "uncached": uncached, "steps": steps,
             "wall": wall, "efficiency_spread": object() if caching else None}
@@ -61,14 +72,16 @@ def test_a_cached_row_is_set_beside_euler_at_as_many_calls():
 
 @proxy_tier
 def test_the_demo_measures_fewer_steps_against_the_uncached_image(proxy_server, proxy):
-    from krea2_prompts import PROXY_MODEL
+    from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
     cases = [c for c in speedup.proxy_cases()
              if c.name in ("uncached", "caching off", "forecast turbo_5_of_8", "fewer steps: euler 5")]
     results = {c.name: {"case": c, "times": [], "latents": [], "stats": []} for c in cases}
 
     def run_case(case, rep):
-        run = speedup.run_prompt(proxy_server, speedup.case_prompt(case, PROXY_MODEL, 0, rep, 128, 0, proxy))
+        prompt = speedup.case_prompt(case, PROXY_MODEL, 0, rep, 128, 0, proxy)
+        assert prompt["1"]["inputs"]["unet_name"] == TURBO_PROXY_MODEL, prompt   # the case's model, not the run's
+        run = speedup.run_prompt(proxy_server, prompt)
         return run.seconds, run.latent, run.stats
 
     speedup.repeat_until_stable(cases, run_case, results, argparse.Namespace(repeats=2, budget=0.0))

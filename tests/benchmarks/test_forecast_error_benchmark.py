@@ -50,3 +50,20 @@ def test_a_parabola_under_the_quadratic_forecast_has_no_error_and_the_change_is_
     change = forecast_error.consecutive_change(path(4, 1))
     assert change[0] is None
     assert change[1:] == pytest.approx([float(B.norm() / (A + s * B).norm()) for s in range(3)])
+
+
+def test_each_regime_samples_the_peer_benchmarks_model():
+    """The same regimes as the peer benchmark's, each on the same model (8 steps: the Turbo proxy)."""
+    from krea2_prompts import TURBO_PROXY_MODEL
+    from peers.cases import REGIMES as PEER_REGIMES
+
+    assert forecast_error.REGIMES == {name: (r.steps, r.cfg, r.model) for name, r in PEER_REGIMES.items()}
+    assert forecast_error.REGIMES["turbo"][2] == TURBO_PROXY_MODEL
+
+
+@pytest.mark.tier("proxy")
+def test_each_regime_loads_its_build(comfy_root, proxy, turbo_proxy):
+    builds = {}
+    loaded = {name: forecast_error.regime_build(model, comfy_root, builds).checkpoint
+              for name, (_, _, model) in forecast_error.REGIMES.items()}
+    assert loaded == {"turbo": turbo_proxy.checkpoint, "raw": proxy.checkpoint}

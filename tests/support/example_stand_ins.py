@@ -24,7 +24,8 @@ Used by tests/editor/test_example_workflows.py (every example) and tests/pack/te
 (the Turbo template of the pack as ComfyUI-Manager installed it).
 
 ``example_prompt_on_proxy`` runs an example on the small trained Krea-2 proxy instead
-(devkit/krea2_proxy.py): its checkpoint, one of its classes as the prompt, its latent decoder
+(devkit/krea2_proxy.py, or the Turbo proxy distilled from it for an 8-step CFG-1 example): its
+checkpoint, one of its classes as the prompt, its latent decoder
 (``Krea2TestProxyDecode``) in place of the VAE, at its 128x128, so the cache really caches and
 the compared images differ by what caching cost.
 """
@@ -286,8 +287,11 @@ def decoded_by(prompt: dict, image: str) -> str:
     return image
 
 
-def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str) -> dict:
-    """The API prompt of an example workflow on the proxy (see the module docstring)."""
+def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str,
+                            model: str | None = None) -> dict:
+    """The API prompt of an example workflow on the proxy (see the module docstring); ``model``: the
+    checkpoint's file name on the server, the trained proxy's unless the example's regime asks for
+    another (the Turbo proxy, ``TURBO_PROXY_MODEL``, for an 8-step CFG-1 example)."""
     from krea2_prompts import PROXY_MODEL, PROXY_SIZE
     from krea2_proxy import SETTINGS, class_seed
 
@@ -296,7 +300,7 @@ def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, pr
     for node_id, node in prompt.items():
         kind, inputs = node["class_type"], node["inputs"]
         if kind == "UNETLoader":
-            inputs["unet_name"] = PROXY_MODEL
+            inputs["unet_name"] = model or PROXY_MODEL
         elif kind == "CLIPTextEncode":
             conditioning = {"seed": class_seed(label), "tokens": SETTINGS.tokens, "features": SETTINGS.context_features}
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}

@@ -5,7 +5,11 @@ learned content that change follows the image being drawn; on one that has not, 
 timestep path, nearly the same for every prompt. ``residual_changes`` splits each step's change into
 the two parts by re-running the block with the latent held fixed and only the timestep moved.
 
-Run with ComfyUI's interpreter: ``python krea2_proxy_residuals.py --cases 0:0,4:0`` prints JSON.
+The runs follow ComfyUI's own 8-step ``simple`` schedule for Krea-2 (the sigmas the server samples, and
+the only ones the Turbo proxy was distilled at). Either model: the trained proxy (``--proxy base``, the
+52-step regime's) or the Turbo proxy distilled from it (``--proxy turbo``, the 8-step regime's).
+
+Run with ComfyUI's interpreter: ``python krea2_proxy_residuals.py --cases 0:0,4:0 [--proxy turbo]`` prints JSON.
 """
 
 from __future__ import annotations
@@ -19,12 +23,6 @@ import torch
 HERE = Path(__file__).resolve()
 
 
-def simple_sigmas(steps: int, shift: float) -> torch.Tensor:
-    """The ``simple`` schedule's sigmas with Krea-2's time shift, ending at 0."""
-    t = torch.linspace(1, 0, steps + 1)
-    return shift * t / (1 + (shift - 1) * t)
-
-
 def residual_changes(comfy_root: Path, proxy, cases: list[tuple[int, int]], steps: int = 8) -> list[dict]:
     """Per (class, seed): the first block's relative residual change between consecutive steps of an
     uncached Euler run at CFG 1 (``mean|r_i - r_i-1| / mean|r_i-1|``, as the cache compares them), and
@@ -33,6 +31,7 @@ def residual_changes(comfy_root: Path, proxy, cases: list[tuple[int, int]], step
     from safetensors.torch import load_file
 
     from krea2_proxy import _import_comfy, build_model, class_conditioning
+    from krea2_turbo_proxy import comfy_sigmas
 
     settings = proxy.settings
     torch.set_num_threads(settings.threads)
@@ -49,7 +48,7 @@ def residual_changes(comfy_root: Path, proxy, cases: list[tuple[int, int]], step
         velocity = model(x, sigma.expand(x.shape[0]), context)
         return captured["residual"], velocity
 
-    sigmas = simple_sigmas(steps, settings.shift)
+    sigmas = comfy_sigmas(steps)
     size = settings.latent_size
     rows = []
     with torch.no_grad():
@@ -72,20 +71,29 @@ def residual_changes(comfy_root: Path, proxy, cases: list[tuple[int, int]], step
     return rows
 
 
+def ensure_model(name: str, comfy_root: Path):
+    """The proxy ``name`` names (base or turbo), from its cache."""
+    from krea2_proxy import ensure_proxy
+    from krea2_turbo_proxy import ensure_turbo_proxy
+
+    return (ensure_turbo_proxy if name == "turbo" else ensure_proxy)(comfy_root, quiet=True)
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description="The proxy's residual changes, split into latent and timestep parts.")
     parser.add_argument("--comfyui", type=Path, help="the ComfyUI checkout whose model code runs it")
     parser.add_argument("--cases", default="0:0,4:0", help="label:seed pairs, comma-separated")
+    parser.add_argument("--proxy", choices=("base", "turbo"), default="base",
+                        help="the trained proxy (base) or the Turbo proxy distilled from it (turbo)")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE.parents[2] / "devkit"))  # the harness and the proxy builder
+    sys.path.insert(0, str(HERE.parents[2] / "devkit"))  # the harness and the proxy builders
     from comfy_harness import find_comfyui
-    from krea2_proxy import ensure_proxy
 
     comfy_root = args.comfyui or find_comfyui()
     cases = [tuple(int(v) for v in case.split(":")) for case in args.cases.split(",")]
-    print(json.dumps(residual_changes(comfy_root, ensure_proxy(comfy_root, quiet=True), cases)))
+    print(json.dumps(residual_changes(comfy_root, ensure_model(args.proxy, comfy_root), cases)))
     return 0
 
 
