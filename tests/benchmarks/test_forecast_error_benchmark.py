@@ -10,6 +10,7 @@ import torch
 from comfy_harness import REPO_ROOT
 
 from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
+from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
@@ -24,20 +25,30 @@ def path(steps: int, degree: int) -> list[torch.Tensor]:
     return [A + s * B + (s * s * C if degree == 2 else 0) for s in range(steps)]
 
 
-TURBO_4 = ForecastSettings.from_preset("turbo_4_of_8")
+# A linear forecast in full over uneven gaps (computed 0, 1, 4, 7): the path's own line wherever it forecasts.
+UNEVEN = ForecastSettings("custom", Forecaster("linear"), ForecastSchedule(2, 3.0, 0.0, 1))
 
 
 def test_a_linear_path_under_the_linear_forecast_has_no_error():
-    mask = TURBO_4.schedule.computed(8)   # computed 0, 1, 4, 7: uneven gaps
-    errors = forecast_error.open_loop_errors(path(8, 1), mask, TURBO_4.forecast)
+    mask = UNEVEN.schedule.computed(8)
+    errors = forecast_error.open_loop_errors(path(8, 1), mask, UNEVEN.forecast)
     assert sorted(errors) == [2, 3, 5, 6]
     assert max(errors.values()) < 1e-12, errors
 
 
 def test_a_parabola_under_the_linear_forecast_has_an_error_at_every_forecast_step():
-    errors = forecast_error.open_loop_errors(path(8, 2), TURBO_4.schedule.computed(8), TURBO_4.forecast)
+    errors = forecast_error.open_loop_errors(path(8, 2), UNEVEN.schedule.computed(8), UNEVEN.forecast)
     assert sorted(errors) == [2, 3, 5, 6]
     assert min(errors.values()) > 1e-3, errors
+
+
+def test_a_share_of_the_extrapolation_errs_on_a_line_by_the_share_it_leaves_out():
+    """At 0.6 a linear forecast on a line falls short by 0.4 of the line's move past the last computed step."""
+    short = ForecastSettings("custom", Forecaster("linear", extrapolation=0.6), UNEVEN.schedule)
+    errors = forecast_error.open_loop_errors(path(8, 1), UNEVEN.schedule.computed(8), short.forecast)
+    exact = {2: A + 2 * B, 5: A + 5 * B}
+    for step, last in ((2, A + 1 * B), (5, A + 4 * B)):
+        assert errors[step] == pytest.approx(float((0.4 * (exact[step] - last)).norm() / exact[step].norm()))
 
 
 def test_a_parabola_under_the_quadratic_forecast_has_no_error_and_the_change_is_the_steps_move():
