@@ -49,10 +49,11 @@ PRESETS: dict[str, Preset] = {
     # on the proxy (the search: forecast_error.py).
     "raw_1_in_4": Preset(Forecaster("linear", extrapolation=0.7), ForecastSchedule(2, 4.0, 0.25, 1),
                          "Linear forecast at 0.7 of its trend, one step in four computed after 2 warmup steps, the "
-                         "window growing by 0.25, last step computed (52 steps: 13 computed)"),
+                         "window growing by 0.25, last step computed (52 steps: 13 computed; on the proxy closer than euler at 13 "
+                         "steps)"),
     "raw_1_in_5": Preset(Forecaster("linear", extrapolation=0.7), ForecastSchedule(2, 6.0, 0.0, 1),
                          "Linear forecast at 0.7 of its trend, one step in six computed after 2 warmup steps, last "
-                         "step computed (52 steps: 11 computed)"),
+                         "step computed (52 steps: 11 computed; on the proxy closer than euler at 11 steps)"),
     "raw_8_of_52": Preset(Forecaster("linear", extrapolation=0.7), ForecastSchedule(2, 6.5, 0.75, 0),
                           "Linear forecast at 0.7 of its trend after 2 warmup steps, the window 6.5 growing by 0.75 "
                           "(52 steps: 8 computed, above 6x; on the proxy closer than euler at 8 steps)"),
@@ -60,10 +61,11 @@ PRESETS: dict[str, Preset] = {
     # alpha 0.75 setting): 14 computed steps of 50.
     "spectrum_paper": Preset(Forecaster("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 0.75, 0),
                              "Spectrum as published: m 4, lambda 0.1, w 1, warmup 5, N 2, alpha 0.75 (50 steps: 14 "
-                             "computed)"),
+                             "computed; on the proxy farther than euler at as many steps)"),
     # Its README's aggressive setting (alpha 3.0): 10 computed steps of 50.
     "spectrum_paper_fast": Preset(Forecaster("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 3.0, 0),
-                                  "Spectrum as published, alpha 3 (50 steps: 10 computed)"),
+                                  "Spectrum as published, alpha 3 (50 steps: 10 computed; on the proxy farther than euler at as "
+                                  "many steps)"),
 }
 PRESET_NAMES = (*PRESETS, CUSTOM)
 
