@@ -117,9 +117,12 @@ def check_chart(shown: dict, record: dict):
     other = [s for s in record["threshold_suggestions"] if len(s["cached_steps"]) != len(record["cached_steps"])]
     shown_pairs = []
     for text in shown["suggestions"]:
-        match = re.fullmatch(r"([\d.]+) → (\d+) cached", text)
+        # Each with the plain step count it would cost as much as (the record's, for that threshold).
+        match = re.fullmatch(r"([\d.]+) → (\d+) cached \(as many as (\d+) steps\)", text)
         assert match, text
         shown_pairs.append((float(match[1]), int(match[2])))
+        (suggested,) = [s for s in other if s["threshold"] == float(match[1])]
+        assert int(match[3]) == suggested["equal_cost_steps"], (text, suggested)
     assert len(shown_pairs) == min(3, len(other)) and shown_pairs == sorted(shown_pairs), (shown_pairs, other)
     nearest = sorted(other, key=lambda s: abs(math.log(s["threshold"] / threshold)))[:3]
     assert sorted(shown_pairs) == sorted((s["threshold"], len(s["cached_steps"])) for s in nearest), (shown_pairs, nearest)
