@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cache_runs import (NODE, COND, FAST, FAST_MASK_CACHED, SHAPE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs,
-                        clean_block_evals, forward, open_run, plain_outputs, record_of, run_alone_from, run_single,
+                        clean_block_evals, fail_after_one_call, forward, open_run, plain_outputs, record_of, run_alone_from, run_single,
                         run_split)
 from krea2_cachedit.adapters.families import registry
 from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
@@ -219,13 +219,9 @@ def test_a_module_left_cached_with_another_config_runs_with_the_runs_own_config(
 
 
 def test_an_error_inside_the_run_still_disables_the_cache(transformer):
-    stream = Stream(COND, 1)
     run = open_run(transformer, FAST, conds_per_step=1)
     with pytest.raises(RuntimeError, match="boom"):
-        with run:
-            with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
-                forward(transformer, stream.x, stream.context, SIGMAS[0])
-            raise RuntimeError("boom")
+        fail_after_one_call(run, transformer)
     assert record_of(run).status == "error"
     assert not hasattr(transformer, "_is_cached")
 

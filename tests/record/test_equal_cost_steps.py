@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from cache_runs import (COND, FAST, FAST_MASK_CACHED, OFF, SHAPE, SIGMAS, STEPS, UNCOND, Stream, forward, open_run,
+from cache_runs import (COND, FAST, FAST_MASK_CACHED, OFF, SHAPE, SIGMAS, STEPS, UNCOND, Stream, fail_after_one_call, forward, open_run,
                         record_of, run_single, run_split, seeded_transformer)
 from comfy_harness import strict_loads
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
@@ -104,13 +104,10 @@ def test_a_run_that_caches_nothing_costs_its_own_steps():
 
 def test_a_failed_run_counts_its_calls_but_names_no_step_count():
     """No image came out of it: nothing to compare with fewer steps."""
-    transformer, stream = seeded_transformer(), Stream(COND, 1)
+    transformer = seeded_transformer()
     run = open_run(transformer, FAST, conds_per_step=1)
     with pytest.raises(RuntimeError, match="boom"):
-        with run:
-            with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
-                forward(transformer, stream.x, stream.context, SIGMAS[0])
-            raise RuntimeError("boom")
+        fail_after_one_call(run, transformer)
     record = record_of(run)
     assert (record.status, record.full_calls, record.equal_cost_steps) == ("error", 1, None)
     assert "1 of 1 calls computed, " in record.log_line("n") and "as many as" not in record.log_line("n")

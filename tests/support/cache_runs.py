@@ -75,6 +75,15 @@ def open_run(transformer, settings: DBCacheSettings, conds_per_step: int) -> Cac
                     node_name=NODE)
 
 
+def fail_after_one_call(run: CacheRun, transformer) -> None:
+    """Sample ``run`` for one model call, then fail: ``RuntimeError("boom")`` raised inside it, and out of here."""
+    stream = Stream(COND, 1)
+    with run:
+        with run.model_call(SIGMAS[0], [COND], [stream.x.shape]):
+            forward(transformer, stream.x, stream.context, SIGMAS[0])
+        raise RuntimeError("boom")
+
+
 def record_of(run: CacheRun, cfg: float = 1.0) -> RunRecord | None:
     """The finished run's record, as the node builds it (None where the run's own error must win)."""
     return record_or_none(run.outcome(), RunMeta(node_name=NODE, cfg=cfg))
