@@ -62,7 +62,7 @@ def krea2_prompt(*, cfg=1.0, steps=8, sampler="euler", scheduler="simple", cache
 FORECAST_NODE = "CacheDiTSpectrum"
 # The forecasting node's ``custom`` settings (its ``preset`` dynamic combo's inputs), as the node defaults them.
 FORECAST_CUSTOM_DEFAULTS = {"forecast": "spectrum", "chebyshev_degree": 4, "ridge_lambda": 0.1, "blend_w": 1.0,
-                            "extrapolation": 1.0,
+                            "extrapolation": 1.0, "target": "feature",
                             "warmup_steps": 5, "window_size": 2.0, "window_growth": 0.75, "final_computed_steps": 0}
 
 

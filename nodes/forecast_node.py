@@ -10,7 +10,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..adapters.families.registry import FORECAST_SCOPE
-from ..adapters.forecast.feature_forecast import FORECASTS, Forecaster
+from ..adapters.forecast.feature_forecast import FORECASTS, TARGETS, Forecaster
 from ..adapters.forecast.forecast_schedule import ForecastSchedule
 from ..adapters.forecast.forecast_settings import CUSTOM, PRESETS, ForecastSettings
 from ..adapters.methods import FORECAST
@@ -39,6 +39,10 @@ def _custom_inputs() -> list[io.Input]:
         io.Float.Input("extrapolation", default=f.extrapolation, min=0.0, max=1.0, step=0.05, tooltip=(
             "linear / quadratic (and spectrum's linear share): how far the forecast follows the last computed "
             "steps' trend: 1 in full, 0 holds the last computed step (close to what fewer steps would do).")),
+        io.Combo.Input("target", options=list(TARGETS), default=f.target, tooltip=(
+            "What is forecast: feature, the final layer's input (Spectrum's choice); output, the final layer's "
+            "output, the model's prediction itself (on the distilled Turbo proxy the closer one at 8 steps, on "
+            "the trained proxy at 52 steps the farther one; its history is far smaller).")),
         io.Int.Input("warmup_steps", default=s.warmup_steps, min=0, max=1000,
                      tooltip="Steps at the start that are always computed."),
         io.Float.Input("window_size", default=s.window_size, min=1.0, max=100.0, step=0.25, tooltip=(
@@ -62,7 +66,7 @@ def settings_from(preset: dict) -> ForecastSettings:
     if name != CUSTOM:
         return ForecastSettings.from_preset(name)
     forecast = Forecaster(preset["forecast"], preset["chebyshev_degree"], preset["ridge_lambda"],
-                          preset["blend_w"], preset["extrapolation"])
+                          preset["blend_w"], preset["extrapolation"], preset["target"])
     schedule = ForecastSchedule(preset["warmup_steps"], preset["window_size"], preset["window_growth"],
                                 preset["final_computed_steps"])
     return ForecastSettings(CUSTOM, forecast, schedule)

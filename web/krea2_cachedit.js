@@ -95,10 +95,14 @@ const t = (key, params = {}) => (message(key) ?? key)
 // Whole-call forecasting runs: their steps are "forecast" ones (record.forecast_steps), and no residual is measured.
 const isForecast = (record) => record.method?.name === "forecast";
 
-// "Forecast: spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8" (m, lambda, w: the inputs' symbols).
+// "Forecast: spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8" (m, lambda, w: the inputs' symbols); a share
+// of the extrapolation and a target other than the defaults by their inputs' names, as the log line says them:
+// "linear (extrapolation 0.7, target output)".
 function forecastText(method) {
   const parts = method.forecast === "spectrum"
     ? [`m ${method.chebyshev_degree}`, `lambda ${method.ridge_lambda}`, `w ${method.blend_w}`] : [];
+  if ((method.extrapolation ?? 1) !== 1) parts.push(`extrapolation ${method.extrapolation}`);
+  if ((method.target ?? "feature") !== "feature") parts.push(`target ${method.target}`);
   return t("forecast", { forecaster: `${method.forecast}${parts.length ? ` (${parts.join(", ")})` : ""}`,
     preset: method.preset });
 }

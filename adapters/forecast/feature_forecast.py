@@ -40,6 +40,13 @@ import math
 import torch
 
 FORECASTS = ("spectrum", "linear", "quadratic")
+# What is forecast (``forecast_run`` picks the seam by it): ``feature``, the final layer's input (Spectrum's
+# choice); ``output``, the final layer's output, the model's prediction itself. A forecast of the output
+# extrapolates what the sampler integrates, past the final layer's norm and time modulation; on the distilled
+# Turbo proxy it is the closer one at 4 of 8 calls, on the trained proxy at 52 steps the farther one
+# (docs/benchmarks.md, "Against fewer steps"). Its history is the output's size: 64 values a token for
+# Krea-2, against the feature's 6144.
+TARGETS = ("feature", "output")
 # Computed steps a forecast needs before it may be used (the local extrapolation's points).
 # A linear forecast holds its one computed step until a second one gives it a direction: a schedule may
 # then compute every other step from the first (what fewer steps on the same sigmas compute), where two
@@ -54,6 +61,7 @@ class Forecaster:
     ridge_lambda: float = 0.1
     blend_w: float = 1.0           # spectrum: the Chebyshev share of the blend (1: the paper's predictor)
     extrapolation: float = 1.0     # the local extrapolation's share of its step: 1 in full, 0 holds
+    target: str = "feature"        # what is forecast: the final layer's input or its output (``TARGETS``)
 
     def __post_init__(self):
         if self.forecast not in FORECASTS:
@@ -67,6 +75,9 @@ class Forecaster:
         if not 0.0 <= self.extrapolation <= 1.0:
             raise ValueError(f"extrapolation must be from 0 (hold the last computed step) to 1 (extrapolate in "
                              f"full), got {self.extrapolation}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS} (what is forecast: the final layer's input or its "
+                             f"output), got {self.target!r}")
 
     @property
     def min_points(self) -> int:

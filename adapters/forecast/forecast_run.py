@@ -13,9 +13,10 @@ the layout (a multi-call sampler's further evaluations of a step, a third cond) 
 full and kept out of the histories: their time is not a step of the schedule the forecast is
 fitted on, and the first evaluation of each step is what the histories hold.
 
-The parts: ``FinalLayerSeam`` (the hook on the final layer), ``SkippedBlocks`` (the block lists
+The parts: ``FinalLayerSeam`` (the hook on the final layer's input), ``SkippedBlocks`` (the block lists
 emptied for a forecast call), ``BlockCounter`` (the blocks that ran), ``FinalLayerContract`` (whether the
-model's code still hands the final layer its feature as the registry says), and, shared with every method
+model's code still hands the final layer its feature as the registry says); for a forecast of the final
+layer's output (``Forecaster.target``), ``final_layer_output``'s seam and contract in their place; and, shared with every method
 (``sampling_run``): ``CallRouter`` (streams and contexts), ``TextPathReuse`` and ``ForeignServeWatch``.
 """
 
@@ -33,6 +34,7 @@ from ..sampling.sampling_run import CallWork, SamplingRun, Vote
 from ..sampling.step_clock import StepClock
 from .feature_forecast import FeatureHistory
 from .final_layer_contract import FeatureArgument, FinalLayerContract
+from .final_layer_output import FinalLayerOutputSeam, FinalOutputContract
 from .forecast_settings import ForecastPlan
 
 # Why a step was computed or forecast, as the record names it (``OTHER_DEVICE``: another device of a
@@ -125,6 +127,20 @@ class ForecastStream:
                             [None] * len(steps))
 
 
+def feature_seam(target: ResolvedTransformer):
+    contract = FinalLayerContract(target)
+    return contract, FinalLayerSeam(contract.layer, contract.feature)
+
+
+def output_seam(target: ResolvedTransformer):
+    contract = FinalOutputContract(target)
+    return contract, FinalLayerOutputSeam(contract.layer)
+
+
+# Per ``Forecaster.target``: what checks the loop still serves it, and the hook that reads and replaces it.
+SEAMS = {"feature": feature_seam, "output": output_seam}
+
+
 class ForecastRun(SamplingRun):
     """Whole-call forecasting on ``target`` for one sampling run; use as a context manager."""
 
@@ -135,8 +151,7 @@ class ForecastRun(SamplingRun):
         super().__init__(target, plan, clock, conds_per_step, node_name=node_name, host=host,
                          text_reuse_off=text_reuse_off)
         self.counter = BlockCounter(target.block_modules)
-        self.contract = FinalLayerContract(target)
-        self.seam = FinalLayerSeam(self.contract.layer, self.contract.feature)
+        self.contract, self.seam = SEAMS[plan.settings.forecast.target](target)
         self.skipped = SkippedBlocks(target.module, tuple(entry.attr for entry in target.block_lists))
         self.streams: dict[tuple[int, StreamKey], ForecastStream] = {}
         self._vote: Vote | None = None

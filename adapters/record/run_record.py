@@ -197,10 +197,18 @@ def steps_costing_as_much(steps: int, block_evals: int, block_evals_uncached: in
     return -(-steps * block_evals // block_evals_uncached) if block_evals_uncached else 0
 
 
+def _forecaster_text(method: dict) -> str:
+    """The forecast, and its share and target where they are not the defaults: "linear", "linear (extrapolation
+    0.7, target output)" (the panel says it alike, web/krea2_cachedit.js)."""
+    share, target = method.get("extrapolation", 1.0), method.get("target", "feature")
+    parts = ([f"extrapolation {share:g}"] if share != 1.0 else []) + ([f"target {target}"] if target != "feature" else [])
+    return f"{method.get('forecast')}" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def _method_text(method: dict, calibrator: dict | None) -> str:
     """What ran besides the counts: a forecast's forecaster and preset, or DBCache's calibrator."""
     if method.get("name") == "forecast":
-        return f"forecast {method.get('forecast')} (preset {method.get('preset')})"
+        return f"forecast {_forecaster_text(method)} (preset {method.get('preset')})"
     if not calibrator:
         return "calibrator none"
     parameters = [f"{key}={value}" for key, value in calibrator.items() if key != "name"]

@@ -17,6 +17,7 @@ from cache_runs import COND, NODE, SIGMAS, STEPS, UNCOND, Stream, assert_same_ou
 from krea2_cachedit.adapters.families import registry
 from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
 from krea2_cachedit.adapters.forecast.final_layer_contract import FeatureArgument
+from krea2_cachedit.adapters.forecast.final_layer_output import FinalOutputContract
 from krea2_cachedit.adapters.forecast.forecast_run import FinalLayerSeam, ForecastRun
 from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
@@ -26,6 +27,8 @@ TURBO = ForecastSettings.from_preset("turbo_5_of_8")          # 8 steps: 0 1 3 5
 TURBO_FORECAST = [2, 4, 6]
 NOTHING = ForecastSettings("custom", Forecaster("linear"), ForecastSchedule(0, 1.0, 0.0, 0))   # every step
 SPECTRUM = ForecastSettings("custom", Forecaster("spectrum", 4, 0.1, 0.5), ForecastSchedule(3, 2.0, 0.0, 1))
+# turbo_5_of_8's schedule, forecasting the final layer's output 0.7 of the way.
+OUTPUT = ForecastSettings("custom", Forecaster("linear", extrapolation=0.7, target="output"), TURBO.schedule)
 
 
 def open_forecast(transformer, settings: ForecastSettings, conds_per_step: int) -> ForecastRun:
@@ -99,8 +102,42 @@ def test_a_forecast_is_the_final_layer_on_the_extrapolated_feature(transformer):
     torch.testing.assert_close(features[2], 2 * features[1] - features[0], rtol=1e-6, atol=1e-6)
 
 
+def test_an_output_forecast_is_the_extrapolated_model_output_and_runs_no_block(transformer):
+    """Target ``output``: a forecast step's model output is the computed outputs' line, 0.7 of the way (what
+    follows the final layer is affine, and the line's weights sum to 1), and no block runs for it."""
+    stream = Stream(COND, 1)
+    record = record_of(sample_single(transformer, OUTPUT, stream))
+    blocks = len(transformer.transformer_blocks)
+    assert record.forecast_steps == TURBO_FORECAST and record.method["target"] == "output"
+    assert "forecast linear (extrapolation 0.7, target output) (preset custom)" in record.log_line("node")
+    assert [c[3] for c in record.call_log] == [0 if step in TURBO_FORECAST else blocks for step in range(STEPS)]
+    out = stream.outputs
+    for step, (before, last) in zip(TURBO_FORECAST, [(0, 1), (1, 3), (3, 5)]):
+        k = (step - last) / (last - before)
+        torch.testing.assert_close(out[step], out[last] + 0.7 * k * (out[last] - out[before]), rtol=1e-5, atol=1e-5,
+                                   msg=f"step {step}")
+    feature = Stream(COND, 1)
+    sample_single(transformer, ForecastSettings("custom", Forecaster("linear", extrapolation=0.7), TURBO.schedule),
+                  feature)
+    assert not torch.allclose(feature.outputs[2], out[2], atol=1e-4), "forecasting the feature is another forecast"
+
+
+def test_an_output_forecast_steps_aside_where_the_final_layer_returns_more_than_one_tensor(transformer):
+    """The output's contract: one tensor from the final layer, checked on the first computed call; a tuple (a
+    loop that unpacks an extra value) is named, with the model and the final layer."""
+    contract = FinalOutputContract(registry.resolve(transformer))
+    out = torch.zeros(1, 4, 8)
+    contract.watch()
+    assert contract.verdict(out) is None and not contract.watching
+    contract.watch()
+    warning = contract.verdict((out, out))
+    assert warning is not None and "one tensor as its output" in warning and "a tuple" in warning
+    assert "final_layer" in warning or "norm_out" in warning
+    assert contract.signature_mismatch() is None, "nothing of the layer's parameters is read"
+
+
 @pytest.mark.parametrize("order", [(COND, UNCOND), (UNCOND, COND)], ids=["cond_first", "uncond_first"])
-@pytest.mark.parametrize("settings", [TURBO, SPECTRUM], ids=["linear", "spectrum"])
+@pytest.mark.parametrize("settings", [TURBO, SPECTRUM, OUTPUT], ids=["linear", "spectrum", "linear_output"])
 def test_split_calls_forecast_each_stream_from_its_own_history(transformer, order, settings):
     run, streams = sample_split(transformer, settings, order)
     record = record_of(run)

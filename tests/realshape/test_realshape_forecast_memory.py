@@ -23,6 +23,8 @@ pytestmark = pytest.mark.tier("realshape")
 
 WIDTH, TEXT_TOKENS = 6144, 128
 FEATURE = (1, (1024 // 16) ** 2 + TEXT_TOKENS, WIDTH)   # one stream's feature at 1024x1024
+# What the final layer returns there (target ``output``): every token, its 2x2 patch of 16 latent channels.
+OUTPUT = (1, (1024 // 16) ** 2 + TEXT_TOKENS, 2 * 2 * 16)
 # The steps each preset is made for (docs/nodes.md's preset table).
 STEPS = {"turbo_5_of_8": 8, "turbo_4_of_8": 8, "raw_1_in_4": 52, "raw_1_in_5": 52, "raw_8_of_52": 52, "spectrum_paper": 50,
          "spectrum_paper_fast": 50}
@@ -45,23 +47,24 @@ def test_every_preset_has_a_documented_bound():
 def test_a_streams_history_at_real_size_stays_within_its_documented_bound(preset, dtype):
     settings, steps = PRESETS[preset], STEPS[preset]
     computed = settings.schedule.computed(steps)
+    shape = OUTPUT if settings.forecast.target == "output" else FEATURE
     history, held = FeatureHistory(settings.forecast, steps), 0
     for step in range(steps):
         if computed[step] or not history.ready:
             # A feature moving linearly with the step: the local forecasts are exact on it.
-            history.add(step, torch.full(FEATURE, 1.0 + step / 8, dtype=dtype))
+            history.add(step, torch.full(shape, 1.0 + step / 8, dtype=dtype))
             held = max(held, history.held_bytes())
         elif step == computed.index(False) and settings.forecast.forecast == "linear":
             forecast = history.forecast(step)
-            assert forecast.dtype == dtype and forecast.shape == FEATURE
+            assert forecast.dtype == dtype and forecast.shape == shape
             # Its share of the way from the last computed step along the line (one computed step: held).
             last = history.computed_steps[-1]
             share = settings.forecast.extrapolation if len(history.computed_steps) > 1 else 0.0
             expected = 1.0 + last / 8 + share * (step - last) / 8
             tolerance = 2.0 ** -7 if dtype == torch.bfloat16 else 1e-6
             assert float(forecast[0, -1, -1]) == pytest.approx(expected, rel=tolerance), \
-                "the last of 26M values is forecast too"
-    bound = history_bytes(settings.forecast, FEATURE, dtype)
+                "the last value of the tensor is forecast too"
+    bound = history_bytes(settings.forecast, shape, dtype)
     assert held == bound, "the history holds what history_bytes says"
     documented_mb = documented_bounds()[preset][0 if dtype == torch.bfloat16 else 1]
     assert bound / 1e6 <= documented_mb, f"{preset}: {bound / 1e6:.1f} MB per stream, documented {documented_mb} MB"
