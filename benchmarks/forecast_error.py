@@ -7,10 +7,11 @@ CFG 1 on the Turbo proxy (distilled for them), 52 steps CFG 3.5 (cond and uncond
 on the trained proxy; both decode with the trained proxy's codec, and the results name the build each
 regime sampled (``regimes.<name>.proxy``):
 
-- **uncached**, keeping at every step the feature the forecasting node forecasts: the input of
-  the model's final layer (the registry's ``final_layer`` seam), one per call: one stream at
-  CFG 1, one for the batch at CFG 3.5, as the node keeps its histories;
-- **open loop**, per setting: the computed steps' true features are fed to the node's own fit
+- **uncached**, keeping at every step what the forecasting node forecasts: the input of the model's
+  final layer (the registry's ``final_layer`` seam; ``target`` ``feature``) and its output
+  (``output``), one per call: one stream at CFG 1, one for the batch at CFG 3.5, as the node keeps
+  its histories;
+- **open loop**, per setting: the computed steps' true features (or outputs, as its target says) are fed to the node's own fit
   (``adapters/feature_forecast.FeatureHistory``) in the node's order, and each forecast step's
   forecast is compared with the true feature there: ``||forecast - true|| / ||true||``, over the
   whole feature and over its image tokens (the ones the final layer's output keeps). Beside it,
@@ -20,7 +21,8 @@ regime sampled (``regimes.<name>.proxy``):
   uncached run's; the decoded image's MAE/255 is the peer benchmark's figure.
 
 Then a search over the schedules the node can run (warmup, window, growth, computed final steps;
-linear, quadratic or Spectrum's forecast) at the call budgets of the targets, ranked by the open
+linear, quadratic or Spectrum's forecast; the linear at 0.7 of its trend, of the feature or the model's
+output) at the call budgets of the targets, ranked by the open
 loop's error and checked closed loop. Figures of dynamics on a small proxy, not Krea-2 quality.
 
     python benchmarks/forecast_error.py                 # both regimes, writes results/forecast_error.json
@@ -61,6 +63,8 @@ REGIMES = {"turbo": (8, 1.0, TURBO_PROXY_MODEL), "raw": (52, 3.5, PROXY_MODEL)}
 NAMED = {"turbo": ("turbo_5_of_8", "turbo_4_of_8", "spectrum_paper", "spectrum_paper_fast"),
          "raw": ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52", "spectrum_paper", "spectrum_paper_fast")}
 LINEAR_WINDOWS = {"turbo": (2.0, 3.0, 4.0), "raw": (3.0, 4.0, 6.0, 8.0)}
+# A preset as it was before a change to it, measured beside it: what the change bought, step by step.
+BEFORE = {"turbo": {"turbo_4_of_8 forecasting the feature (before)": ("turbo_4_of_8", Forecaster("linear", extrapolation=0.6))}}
 # The targets' call budgets: 4 of 8 calls; at least 4x fewer calls of 52 (at most 13 computed).
 BUDGETS = {"turbo": 4, "raw": 13}
 # The search's best by open-loop score, sampled through the node (at 8 steps: all of them, they are few).
@@ -73,7 +77,9 @@ def linear_window(n: float) -> ForecastSettings:
 
 def settings_for(regime: str) -> dict[str, ForecastSettings]:
     named = {name: ForecastSettings.from_preset(name) for name in NAMED[regime]}
-    return {**named, **{f"linear N {n:g}": linear_window(n) for n in LINEAR_WINDOWS[regime]}}
+    before = {name: ForecastSettings("custom", forecast, ForecastSettings.from_preset(preset).schedule)
+              for name, (preset, forecast) in BEFORE.get(regime, {}).items()}
+    return {**named, **before, **{f"linear N {n:g}": linear_window(n) for n in LINEAR_WINDOWS[regime]}}
 
 
 # --- open loop: the node's fit on the true features ------------------------------------------------
@@ -107,7 +113,9 @@ def consecutive_change(features: list[torch.Tensor], part=None) -> list[float | 
     return [None] + [relative(pick(features[s]), pick(features[s - 1])) for s in range(1, len(features))]
 
 
-def open_loop(per_image: list[list[torch.Tensor]], settings: ForecastSettings, img_tokens: int) -> dict:
+def open_loop(reference: list["Sampled"], settings: ForecastSettings, img_tokens: int) -> dict:
+    """Per forecast step, the open-loop error of ``settings`` on what its target forecasts, mean over the images."""
+    per_image = [ref.forecast_target(settings.forecast) for ref in reference]
     steps = len(per_image[0])
     mask = settings.schedule.computed(steps)
     image_part = lambda f: f[:, -img_tokens:]  # noqa: E731  (no reference latents: the image tokens are last)
@@ -135,7 +143,8 @@ def candidate_settings(regime: str) -> list[ForecastSettings]:
     windows = (2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0) if regime == "turbo" else tuple(x / 2 for x in range(4, 17))
     growths = (0.0, 0.5, 1.0) if regime == "turbo" else (0.0, 0.25, 0.5, 0.75, 1.0)
     forecasts = (Forecaster("linear"), Forecaster("quadratic"), Forecaster("spectrum", 4, 0.1, 0.5),
-                 Forecaster("spectrum", 2, 0.1, 0.5))
+                 Forecaster("spectrum", 2, 0.1, 0.5), Forecaster("linear", extrapolation=0.7),
+                 Forecaster("linear", extrapolation=0.7, target="output"))
     low = budget if regime == "turbo" else budget - 1
     seen, out = set(), []
     for warmup, window, growth, final in itertools.product(warmups, windows, growths, finals):
@@ -161,6 +170,8 @@ def effective_mask(mask, forecast: Forecaster) -> tuple[int, ...]:
 def describe(settings: ForecastSettings) -> str:
     f, s = settings.forecast, settings.schedule
     kind = f.forecast if f.forecast != "spectrum" else f"spectrum m{f.chebyshev_degree} w{f.blend_w:g}"
+    kind += f" at {f.extrapolation:g}" if f.extrapolation != 1.0 else ""
+    kind += f" of the {f.target}" if f.target != "feature" else ""
     return f"{kind}, warmup {s.warmup_steps}, N {s.window_size:g}, alpha {s.window_growth:g}, final {s.final_computed_steps}"
 
 
@@ -172,6 +183,11 @@ class Sampled:
     x: list[torch.Tensor]                # the latent entering each step
     denoised: list[torch.Tensor]         # the model's denoised prediction at each step
     features: list[torch.Tensor] | None  # the final layer's input, one per model call (uncached only)
+    outputs: list[torch.Tensor] | None   # the final layer's output, one per model call (uncached only)
+
+    def forecast_target(self, forecast: Forecaster) -> list[torch.Tensor]:
+        """What a forecast of ``forecast.target`` forecasts: the features or the outputs."""
+        return self.outputs if forecast.target == "output" else self.features
 
 
 class ProxySampler:
@@ -216,15 +232,16 @@ class ProxySampler:
         import comfy.sample
 
         positive, negative, latent, noise = self.inputs(image)
-        xs, denoised, features = [], [], []
+        xs, denoised, features, outputs = [], [], [], []
 
         def callback(step, x0, x, total):
             xs.append(x.detach().clone())
             denoised.append(x0.detach().clone())
 
-        model, hook = self.model, None
+        model, hooks = self.model, []
         if settings is None:
-            hook = self.final_layer.register_forward_pre_hook(lambda module, args: features.append(args[0].detach().clone()))
+            hooks = [self.final_layer.register_forward_pre_hook(lambda module, args: features.append(args[0].detach().clone())),
+                     self.final_layer.register_forward_hook(lambda module, args, out: outputs.append(out.detach().clone()))]
         else:
             model = self.node.execute(self.model, {"preset": settings.preset} if settings.preset != "custom" else
                                       {"preset": "custom", **dataclasses.asdict(settings.forecast),
@@ -233,12 +250,12 @@ class ProxySampler:
             out = comfy.sample.sample(model, noise, steps, cfg, "euler", "simple", positive, negative, latent,
                                       disable_pbar=True, seed=image[1], callback=callback)
         finally:
-            if hook is not None:
+            for hook in hooks:
                 hook.remove()
         if settings is None and len(features) != steps:
             raise RuntimeError(f"expected one model call per step ({steps}), the final layer ran {len(features)} "
                                "times: this script reads CFG 1 or a batched cond/uncond call")
-        return Sampled(out, xs, denoised, features if settings is None else None)
+        return Sampled(out, xs, denoised, *((features, outputs) if settings is None else (None, None)))
 
 
 def closed_loop_run(sampler: ProxySampler, images, reference: list[Sampled], steps: int, cfg: float,
@@ -268,7 +285,7 @@ def table(name: str, regime: dict, row: dict) -> list[str]:
     for s, computed in enumerate(ol["mask"]):
         what = "computed" if s not in ol["rel_err"] else "forecast"
         err = f"{ol['rel_err'][s]:6.3f} {ol['rel_err_img'][s]:7.3f}" if what == "forecast" else " " * 14
-        change = regime["change_img"][s]
+        change = regime[CHANGE_KEY[row["target"]]][s]
         change = f"{change:6.3f}" if change is not None else "     -"
         closed = f"  | {cl['x_rel_err'][s]:5.3f}  {cl['denoised_rel_err'][s]:6.3f}" if cl else ""
         lines.append(f"  {s:4d}  {regime['sigmas'][s]:5.3f}  {what:8s} {err}  {change}{closed}")
@@ -285,20 +302,26 @@ def rounded(value):
     return value
 
 
+# Per target, the regime's key for how far each step moves what it forecasts (image tokens).
+CHANGE_KEY = {"feature": "change_img", "output": "change_img_output"}
+
+
 def run_regime(sampler: ProxySampler, regime: str, images, decode, search: bool, progress=print) -> dict:
     steps, cfg, _ = REGIMES[regime]
     reference = [sampler.sample(image, steps, cfg, None) for image in images]
-    per_image = [ref.features for ref in reference]
     img_tokens = sampler.image_tokens(reference[0].latent)
     sigmas = sampler.sigmas(steps)
     image_part = lambda f: f[:, -img_tokens:]  # noqa: E731
-    changes = [consecutive_change(features, image_part) for features in per_image]
     out = {"steps": steps, "cfg": cfg, "images": [list(i) for i in images], "sigmas": sigmas,
-           "feature_shape": list(per_image[0][0].shape), "image_tokens": img_tokens,
-           "change_img": [None] + [statistics.mean(c[s] for c in changes) for s in range(1, steps)],
-           "settings": {}, "search": []}
+           "feature_shape": list(reference[0].features[0].shape),
+           "output_shape": list(reference[0].outputs[0].shape), "image_tokens": img_tokens}
+    for target, key in CHANGE_KEY.items():
+        changes = [consecutive_change(ref.forecast_target(Forecaster(target=target)), image_part) for ref in reference]
+        out[key] = [None] + [statistics.mean(c[s] for c in changes) for s in range(1, steps)]
+    out.update({"settings": {}, "search": []})
     for name, settings in settings_for(regime).items():
-        row = {"describe": describe(settings), "open_loop": open_loop(per_image, settings, img_tokens)}
+        row = {"describe": describe(settings), "target": settings.forecast.target,
+               "open_loop": open_loop(reference, settings, img_tokens)}
         row["open_loop"]["score"] = open_loop_score(row["open_loop"], sigmas)
         row["closed_loop"] = closed_loop_run(sampler, images, reference, steps, cfg, settings, decode)
         out["settings"][name] = row
@@ -306,7 +329,7 @@ def run_regime(sampler: ProxySampler, regime: str, images, decode, search: bool,
     if search:
         ranked = []
         for settings in candidate_settings(regime):
-            result = open_loop(per_image, settings, img_tokens)
+            result = open_loop(reference, settings, img_tokens)
             ranked.append((open_loop_score(result, sigmas), settings, result))
         ranked.sort(key=lambda item: item[0])
         progress(f"{regime}: {len(ranked)} runnable schedules at the call budget; best by open-loop score:")

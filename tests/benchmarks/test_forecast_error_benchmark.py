@@ -63,6 +63,16 @@ def test_a_parabola_under_the_quadratic_forecast_has_no_error_and_the_change_is_
     assert change[1:] == pytest.approx([float(B.norm() / (A + s * B).norm()) for s in range(3)])
 
 
+def test_the_open_loop_reads_what_each_settings_target_forecasts():
+    """The features for target ``feature``, the final layer's outputs for ``output``: here a line and a parabola."""
+    reference = forecast_error.Sampled(latent=None, x=[], denoised=[], features=path(8, 1), outputs=path(8, 2))
+    output = ForecastSettings("custom", Forecaster("linear", target="output"), UNEVEN.schedule)
+    on_feature = forecast_error.open_loop([reference], UNEVEN, img_tokens=9)
+    on_output = forecast_error.open_loop([reference], output, img_tokens=9)
+    assert on_feature["forecast_steps"] == on_output["forecast_steps"] == [2, 3, 5, 6]
+    assert max(on_feature["rel_err"].values()) < 1e-12 and min(on_output["rel_err"].values()) > 1e-3
+
+
 def test_each_regime_samples_the_peer_benchmarks_model():
     """The same regimes as the peer benchmark's, each on the same model (8 steps: the Turbo proxy)."""
     from krea2_prompts import TURBO_PROXY_MODEL
