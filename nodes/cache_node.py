@@ -12,6 +12,7 @@ import dataclasses
 from comfy_api.latest import io
 
 from ..adapters.dbcache.calibrators import CALIBRATORS, DMD_HISTORY, TAYLORSEER_ORDERS
+from ..adapters.dbcache.mask_standing import mask_standing_text
 from ..adapters.dbcache.settings import STEP_MASKS, DBCacheSettings
 from ..adapters.families.registry import ANY_SCOPE, KREA2_SCOPE, NodeScope
 from ..adapters.methods import DBCACHE
@@ -47,7 +48,7 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("steps_mask", options=STEP_MASKS, tooltip=(
         "Cache a fixed set of steps for a predictable speedup (slow < medium < fast < ultra). "
-        "'none' (default): the residual threshold decides.")),
+        "'none' (default): the residual threshold decides.\n" + mask_standing_text())),
     Setting("Fn_compute_blocks", minimum=1, maximum=64,
             tooltip="First blocks, always computed; their change decides whether a step is cached."),
     Setting("Bn_compute_blocks", minimum=0, maximum=64, tooltip="Last blocks, always computed to refine a cached step."),

@@ -58,7 +58,7 @@ NODE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
 FREE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
 FREE = {"max_warmup_steps": 2, "max_continuous_cached_steps": -1}
 CALIBRATOR_THRESHOLDS = (0.12, 0.24, 0.48)
-MASK_POLICIES = ("medium", "fast", "ultra")
+MASK_POLICIES = ("slow", "medium", "fast", "ultra")
 PEER_THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.5)
 PEER_DEFAULT_THRESHOLD = 0.2
 

@@ -1,0 +1,58 @@
+"""How each step mask stood against fewer steps on this pack's proxies.
+
+A step mask fixes how many model calls a run makes, so a user can get the same number of calls by lowering
+the step count instead. These are the peer benchmark's figures (``benchmarks/peers.py``, its three images,
+``benchmarks/results/peers.json``): MAE/255 of the decoded image against the uncached one, the mask with its
+best calibrator beside plain euler at as many steps as the mask makes calls. 8 steps at CFG 1 on the
+distilled Turbo proxy, 52 steps at CFG 3.5 on the trained proxy: dynamics on procedural images, not Krea-2
+quality. ``tests/benchmarks/test_peers_benchmark.py`` holds them to the committed table, so a re-run that
+moves them fails until they are updated here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskStanding:
+    """One mask at one step count: its computed calls, its best image and fewer steps' at those calls."""
+
+    mask: str
+    steps: int            # 8: the distilled Turbo proxy, CFG 1; 52: the trained proxy, CFG 3.5
+    calls: int            # model calls the mask computes
+    calibrator: str       # the calibrator that gave its closest image ("none": the cached residual as is)
+    mae_255: float
+    euler_mae_255: float  # plain euler at `calls` steps
+
+    @property
+    def beats_fewer_steps(self) -> bool:
+        return self.mae_255 < self.euler_mae_255
+
+    def text(self) -> str:
+        served = "" if self.calibrator == "none" else f" with {self.calibrator}"
+        verdict = "closer" if self.beats_fewer_steps else "farther"
+        return (f"{self.mask} {self.calls} calls{served} {self.mae_255:.2f}, {verdict} than euler at {self.calls} "
+                f"steps {self.euler_mae_255:.2f}")
+
+
+MASK_STANDINGS: tuple[MaskStanding, ...] = (
+    MaskStanding("slow", 8, 7, "none", 1.01, 2.25),
+    MaskStanding("medium", 8, 6, "none", 1.92, 2.55),
+    MaskStanding("fast", 8, 5, "none", 3.69, 3.92),
+    MaskStanding("ultra", 8, 4, "none", 7.09, 4.49),
+    MaskStanding("slow", 52, 38, "taylorseer", 0.65, 0.64),
+    MaskStanding("medium", 52, 30, "foca", 1.10, 0.79),
+    MaskStanding("fast", 52, 25, "foca", 2.81, 1.21),
+    MaskStanding("ultra", 52, 17, "foca", 5.38, 1.83),
+)
+
+
+def mask_standing_text() -> str:
+    """The masks against fewer steps, a line per step count, for the node's tooltip and the docs."""
+    lines = ["On this pack's proxies, MAE/255 against the uncached image, each mask with its best calibrator "
+             "beside plain euler at as many steps as it makes model calls (not Krea-2 images):"]
+    for steps in sorted({standing.steps for standing in MASK_STANDINGS}):
+        row = [standing.text() for standing in MASK_STANDINGS if standing.steps == steps]
+        lines.append(f"{steps} steps: " + "; ".join(row) + ".")
+    return "\n".join(lines)
