@@ -16,33 +16,14 @@ import torch
 
 from ..families.registry import ResolvedTransformer
 from ..sampling.loop_drift import drift_warning
+from .layer_seam import LayerSeam
 
 
-class FinalLayerOutputSeam:
+class FinalLayerOutputSeam(LayerSeam):
     """A forward hook on the final layer: keeps its output, or returns a forecast of it instead."""
 
-    def __init__(self, module: torch.nn.Module):
-        self.module = module
-        self._hook = None
-        self._forecast: torch.Tensor | None = None
-        self.seen = None
-        self.ran = 0
-
-    def install(self) -> None:
-        self._hook = self.module.register_forward_hook(self._after)
-
-    def remove(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-
-    def begin(self, forecast: torch.Tensor | None) -> None:
-        self._forecast, self.seen, self.ran = forecast, None, 0
-
-    def end(self):
-        seen, ran = self.seen, self.ran
-        self._forecast, self.seen = None, None
-        return ran, seen
+    def _register(self):
+        return self.module.register_forward_hook(self._after)
 
     @torch.compiler.disable
     def _after(self, module, args, output):

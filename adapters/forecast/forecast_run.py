@@ -35,6 +35,7 @@ from ..sampling.step_clock import StepClock
 from .feature_forecast import FeatureHistory
 from .final_layer_contract import FeatureArgument, FinalLayerContract
 from .final_layer_output import FinalLayerOutputSeam, FinalOutputContract
+from .layer_seam import LayerSeam
 from .forecast_settings import ForecastPlan
 
 # Why a step was computed or forecast, as the record names it (``OTHER_DEVICE``: another device of a
@@ -43,7 +44,7 @@ WARMUP, SCHEDULE, FINAL, HISTORY, FORECAST = "warmup", "schedule", "final_steps"
 OTHER_DEVICE = "other_device"
 
 
-class FinalLayerSeam:
+class FinalLayerSeam(LayerSeam):
     """A pre-hook on the final layer: keeps the feature it gets, or hands it a forecast instead.
 
     The feature is the final layer's parameter the registry names (``feature``): the loop may pass it by
@@ -51,28 +52,11 @@ class FinalLayerSeam:
     """
 
     def __init__(self, module: torch.nn.Module, feature: FeatureArgument):
-        self.module = module
+        super().__init__(module)
         self.feature = feature
-        self._hook = None
-        self._forecast: torch.Tensor | None = None
-        self.seen: torch.Tensor | None = None
-        self.ran = 0
 
-    def install(self) -> None:
-        self._hook = self.module.register_forward_pre_hook(self._before, with_kwargs=True)
-
-    def remove(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-
-    def begin(self, forecast: torch.Tensor | None) -> None:
-        self._forecast, self.seen, self.ran = forecast, None, 0
-
-    def end(self) -> tuple[int, torch.Tensor | None]:
-        seen, ran = self.seen, self.ran
-        self._forecast, self.seen = None, None
-        return ran, seen
+    def _register(self):
+        return self.module.register_forward_pre_hook(self._before, with_kwargs=True)
 
     @torch.compiler.disable
     def _before(self, module, args, kwargs):
