@@ -5,8 +5,8 @@ the step count instead. These are the peer benchmark's figures (``benchmarks/pee
 ``benchmarks/results/peers.json``): MAE/255 of the decoded image against the uncached one, the mask with its
 best calibrator beside plain euler at as many steps as the mask makes calls. 8 steps at CFG 1 on the
 distilled Turbo proxy, 52 steps at CFG 3.5 on the trained proxy: dynamics on procedural images, not Krea-2
-quality. ``tests/benchmarks/test_peers_benchmark.py`` holds them to the committed table, so a re-run that
-moves them fails until they are updated here.
+quality. ``tests/benchmarks/test_mask_standing.py`` holds them to the committed table, so a re-run that
+moves them fails until they are updated here; ``adapters/figures.py`` quotes them with the pack's other figures.
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ class MaskStanding:
         verdict = "closer" if self.beats_fewer_steps else "farther"
         return (f"{self.mask} {self.calls} calls{served} {self.mae_255:.2f}, {verdict} than euler at {self.calls} "
                 f"steps {self.euler_mae_255:.2f}")
+
+    def zh_text(self) -> str:
+        """``text`` in the words of the zh tooltip (locales/zh/nodeDefs.json) and help pages."""
+        served = "" if self.calibrator == "none" else f"（{self.calibrator}）"
+        verdict = "更接近" if self.beats_fewer_steps else "更远"
+        return (f"{self.mask} {self.calls} 次调用{served} {self.mae_255:.2f}，比 euler {self.calls} 步"
+                f"（{self.euler_mae_255:.2f}）{verdict}")
 
 
 MASK_STANDINGS: tuple[MaskStanding, ...] = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from cache_dit import steps_mask
-from comfy_harness import REPO_ROOT
+from devkit.comfy_harness import REPO_ROOT
 from node_schemas import pack_node_infos, translatable_inputs
 
 from krea2_cachedit.adapters.dbcache.mask_standing import MASK_STANDINGS, MaskStanding, mask_standing_text
@@ -58,16 +58,9 @@ def test_both_cache_nodes_show_it_under_the_mask_choice(comfy_root):
         assert "slow < medium < fast < ultra" in first and "\n".join(standing) == text, node
 
 
-def zh_text(standing: MaskStanding) -> str:
-    served = "" if standing.calibrator == "none" else f"（{standing.calibrator}）"
-    verdict = "更接近" if standing.beats_fewer_steps else "更远"
-    return (f"{standing.mask} {standing.calls} 次调用{served} {standing.mae_255:.2f}，比 euler {standing.calls} 步"
-            f"（{standing.euler_mae_255:.2f}）{verdict}")
-
-
 def test_the_zh_tooltip_carries_the_same_figures():
     node_defs = json.loads((REPO_ROOT / "locales" / "zh" / "nodeDefs.json").read_text(encoding="utf-8"))
     for node in ("Krea2CacheDiT", "CacheDiTDBCache"):
         tooltip = node_defs[node]["inputs"]["steps_mask"]["tooltip"]
-        missing = [zh_text(s) for s in MASK_STANDINGS if zh_text(s) not in tooltip]
+        missing = [s.zh_text() for s in MASK_STANDINGS if s.zh_text() not in tooltip]
         assert not missing, (node, missing)
