@@ -2,7 +2,7 @@
 
 One node per method, as ComfyUI's own caches are: this one sits beside the DBCache nodes and takes
 every supported family. ``preset`` is a dynamic combo: a named preset shows no further inputs (its
-settings are fixed, ``adapters/forecast_settings.PRESETS``); ``custom`` shows them all.
+settings are fixed, ``PRESETS`` in ``adapters/forecast/forecast_settings.py``); ``custom`` shows them all.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How each step mask stood against fewer steps on this pack's proxies.
 
 A step mask fixes how many model calls a run makes, so a user can get the same number of calls by lowering
-the step count instead. These are the peer benchmark's figures (``benchmarks/peers.py``, its three images,
+the step count instead. These are the peer benchmark's figures (``benchmarks/peers``, its three images,
 ``benchmarks/results/peers.json``): MAE/255 of the decoded image against the uncached one, the mask with its
 best calibrator beside plain euler at as many steps as the mask makes calls. 8 steps at CFG 1 on the
 distilled Turbo proxy, 52 steps at CFG 3.5 on the trained proxy: dynamics on procedural images, not Krea-2

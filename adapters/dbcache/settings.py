@@ -9,9 +9,8 @@ Where the defaults come from: the only measurements of cache-dit on real
 Krea-2 weights are sglang's, with threshold-driven DBCache F1B0
 (``Fn_compute_blocks=1``, ``Bn_compute_blocks=0``), ``max_warmup_steps=4``,
 ``residual_diff_threshold=0.24``, ``max_continuous_cached_steps=3``, no step
-mask and no calibrator (Turbo 8 steps: 1.27 s -> 0.92 s at MAE 4.63/255; Raw 50
-steps: 18.0 s -> 6.3 s at MAE 13.19/255). The node's defaults are those
-settings; masks and calibrators are one click away.
+mask and no calibrator (their figures: ``SGLANG_KREA2`` in ``adapters/figures.py``).
+The node's defaults are those settings; masks and calibrators are one click away.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ The local extrapolation goes ``extrapolation`` of the way its differences point:
 the last computed feature. Holding the feature over a skipped step is close to what fewer steps on
 the same sigmas do (the sampler's Euler step reuses the last computed output), so a share between
 them never strays far past what fewer steps would give, where a full extrapolation over a long gap
-does (on the trained proxy's earlier build, 52 steps CFG 3.5, 8 of 52 computed: MAE 3.90/255 in full,
-3.46 at 0.7, euler at 8 steps 4.33; docs/benchmarks.md). A linear forecast with one computed step holds it.
+does (the Raw presets forecast at 0.7 for that reason; what each idea bought on the proxies:
+docs/benchmarks.md, "Against fewer steps"). A linear forecast with one computed step holds it.
 
 The ridge fit needs no stored features: with the time mapped over the whole run, the design rows
 never change, so ``X^T X`` (tiny, float64 on the host) and ``X^T (H - h_0)`` (one tensor per basis, the

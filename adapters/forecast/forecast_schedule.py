@@ -8,7 +8,7 @@ features change least. The official code computes no step at the end of the run 
 last low-noise steps are where a forecast costs most (``final_computed_steps`` keeps them computed).
 
 Facts of the official schedule (50 steps, warmup 5, N 2): alpha 0.75 computes 14 steps, alpha 3.0
-computes 10 (its README), checked in ``tests/test_forecast_schedule.py``.
+computes 10 (its README), checked in ``tests/forecast/test_forecast_math.py``.
 """
 
 from __future__ import annotations

@@ -25,30 +25,27 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    # Each preset's figures: MAE/255 of the decoded image against the uncached one, mean of the peer
-    # benchmark's three images, beside plain euler at as many model calls (docs/benchmarks.md). The
-    # 8-step figures come from the distilled Turbo proxy (devkit/krea2_turbo_proxy.py), the 52-step ones
-    # from the trained proxy: dynamics on procedural images, not Krea-2 quality.
+    # Each preset's figures against plain euler at as many model calls, on the distilled Turbo proxy
+    # (8 steps) and the trained proxy (52 steps): ``PRESET_STANDINGS`` in adapters/figures.py, held to the
+    # peer benchmark's committed results; dynamics on procedural images, not Krea-2 quality.
     # Few-step distilled models (Krea-2 Turbo, 8 steps): a linear forecast every other step. 5 of 8: two
-    # steps of warmup and the last step computed (2.24; euler 5 steps 3.92).
+    # steps of warmup and the last step computed.
     "turbo_5_of_8": Preset(Forecaster("linear"), ForecastSchedule(2, 2.0, 0.0, 1),
                            "Linear forecast every second step after 2 warmup steps, last step computed (8 steps: 5 "
                            "computed; on the distilled Turbo proxy closer than euler at 5 steps)"),
     # 4 of 8: the steps fewer steps would compute (0, 2, 4, 6); the others forecast the model's output (the
-    # final layer's), 0.7 of the way its trend points (3.36; euler 4 steps 4.49). On the proxy's earlier
-    # build, where it was picked: 3.42 against 4.37 (a fourth image, not used to pick it: 3.10 against
-    # 4.93); forecasting the feature instead 3.91 at 0.6; the earlier schedule, two forecast in three after
-    # 2 warmup steps with the last computed, 7.51.
+    # final layer's), 0.7 of the way its trend points: the output forecast lands closer than the feature's
+    # at 4 of 8, and computing euler's own steps closer than two forecast in three after 2 warmup steps
+    # (docs/benchmarks.md, "Against fewer steps").
     "turbo_4_of_8": Preset(Forecaster("linear", extrapolation=0.7, target="output"), ForecastSchedule(1, 2.0, 0.0, 0),
                            "Linear forecast of the model's output at 0.7 of its trend every second step from the "
                            "first (8 steps: 4 computed, the steps euler at 4 steps computes; on the distilled Turbo "
                            "proxy closer than euler at 4 steps)"),
     # Long schedules (Krea-2 Raw, about 50 steps, CFG 3.5): a linear forecast past a short warmup, 0.7 of
     # the way its trend points (a long gap's full extrapolation overshoots). 52 steps: 13, 11 and 8
-    # computed (1.24, 2.18 and 3.61; euler at 13, 11 and 8 steps 2.62, 3.03 and 4.42). raw_1_in_4's window
-    # grows slowly (4, then 4.25, ...): the early gaps, where a forecast from the warmup points drifts
-    # most, stay short; raw_8_of_52's grows by 0.75 after 6.5: the best of the node's schedules of 8 calls
-    # on the proxy (the search: forecast_error.py).
+    # computed. raw_1_in_4's window grows slowly (4, then 4.25, ...): the early gaps, where a forecast from
+    # the warmup points drifts most, stay short; raw_8_of_52's grows by 0.75 after 6.5: the best of the
+    # node's schedules of 8 calls on the proxy (the search: benchmarks/forecast_error.py).
     "raw_1_in_4": Preset(Forecaster("linear", extrapolation=0.7), ForecastSchedule(2, 4.0, 0.25, 1),
                          "Linear forecast at 0.7 of its trend, one step in four computed after 2 warmup steps, the "
                          "window growing by 0.25, last step computed (52 steps: 13 computed; on the proxy closer than euler at 13 "
