@@ -4,6 +4,10 @@
     python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
     python3 dev.py test    # the whole test suite (what CI runs)
 
+``test`` passes its other arguments to pytest; ``--tier NAME`` (repeated, or a comma list) runs only
+those tiers and only their setup steps. Every run keeps its tests' tiers and durations in
+``tests/artifacts/durations.json``; ``python3 dev.py tier-times`` prints them as docs/development.md's table.
+
 With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py, about 13 minutes on 2
 CPU cores) and the Turbo proxy distilled from it (devkit/krea2_turbo_proxy.py, about 9 minutes of one
 core more), built once into ~/.cache/krea2-cachedit: ``test`` builds both first; ``demo``, when they
@@ -44,6 +48,7 @@ from comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # noq
 DEV_REQUIREMENTS = ["pytest>=8", "matplotlib"]  # matplotlib: the peer benchmark's plot (benchmarks/peers.py)
 # Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.
 STANDALONE_TORCH = "torch==2.13.0"
+DURATIONS_JSON = REPO / "tests" / "artifacts" / "durations.json"   # each test run's tiers and durations
 
 
 def sh(*cmd, **kwargs):
@@ -148,11 +153,46 @@ def prepare_proxy(python: Path, comfy_root: Path | None):
         print(f"{name} setup: {status}", flush=True)
 
 
+def chosen_tiers(args: list[str]) -> list[str]:
+    """The tiers ``--tier NAME`` / ``--tier=NAME`` (repeated, or a comma list) picks among pytest's arguments."""
+    values = [value for flag, value in zip(args, args[1:]) if flag == "--tier"]
+    values += [arg.removeprefix("--tier=") for arg in args if arg.startswith("--tier=")]
+    return list(dict.fromkeys(name.strip() for value in values for name in value.split(",") if name.strip()))
+
+
+def tier_times(args: list[str]) -> int:
+    """docs/development.md's table of tier times, in Markdown, from a run's durations file
+    (``tests/artifacts/durations.json`` unless a path is given)."""
+    import json
+
+    path = Path(args[0]) if args else DURATIONS_JSON
+    if not path.is_file():
+        print(f"{path}: no such file; a test run writes it (python3 dev.py test)", file=sys.stderr)
+        return 1
+    record = json.loads(path.read_text())
+    print(f"{path}: pytest {' '.join(record['args'])}".rstrip(), file=sys.stderr)   # which run the table shows
+    print("| tier | tests | passed | skipped | failed | minutes |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, tier in record["tiers"].items():
+        if tier["tests"]:
+            print(f"| {name} | {tier['tests']} | {tier['passed'] + tier['xfailed']} | {tier['skipped']} | "
+                  f"{tier['failed']} | {tier['seconds'] / 60:.1f} |")
+    tests = sum(tier["tests"] for tier in record["tiers"].values())
+    minutes = sum(tier["seconds"] for tier in record["tiers"].values()) / 60
+    print(f"| all | {tests} | | | | {minutes:.1f} (wall {record['wall_s'] / 60:.1f}) |")
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("demo", "test", "gpu-check"):
+    if not argv or argv[0] not in ("demo", "test", "gpu-check", "tier-times"):
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
+    if command == "tier-times":
+        return tier_times(rest)
+    tiers = chosen_tiers(rest) if command == "test" else []
+    if tiers and required_tiers():   # a tier left out by --tier is not required of this run
+        os.environ[REQUIRE_TIERS_ENV] = ",".join(name for name in required_tiers() if name in tiers)
     if command == "gpu-check":  # sets up its own environments: the GPU machine's python3 runs it as is
         from gpu_check.setup import main as gpu_check
 
@@ -160,10 +200,17 @@ def main(argv: list[str]) -> int:
     python, comfy_root = prepare()
     if command == "demo":
         return subprocess.run([python, REPO / "benchmarks" / "speedup.py", *rest]).returncode
-    prepare_manager(python, comfy_root)
-    prepare_browser()
-    prepare_packaging_tools()
-    prepare_proxy(python, comfy_root)
+    def wanted(tier: str) -> bool:   # a setup step runs only for a tier this run runs
+        return not tiers or tier in tiers
+
+    if wanted("comfyui"):
+        prepare_manager(python, comfy_root)
+    if wanted("browser"):
+        prepare_browser()
+    if wanted("core"):
+        prepare_packaging_tools()
+    if wanted("proxy"):
+        prepare_proxy(python, comfy_root)
     result = subprocess.run([python, "-m", "pytest", "-ra", *rest], cwd=REPO)
     return result.returncode
 

@@ -5,12 +5,16 @@ Test tiers (see docs/development.md, "Test tiers"), reported one line each at th
 - comfyui: the real ComfyUI server on the CPU (skipped when no ComfyUI is found);
 - browser: headless Chromium against that server (skipped without Chromium/Node);
 - realshape: Krea-2 at its real width and heads (two blocks) through that server, and the pieces
-  whose sizes matter on real-size residuals (``tests/test_realshape_*.py``);
+  whose sizes matter on real-size residuals (``tests/realshape/``);
 - proxy: the small trained Krea-2 (devkit/krea2_proxy.py, the 52-step regime's) and the Turbo proxy
   distilled from it (devkit/krea2_turbo_proxy.py, the 8-step regime's) through that server: caching
   where it matters (threshold decisions, quality cost).
-A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it
-uses ComfyUI, else "core"; a new tier needs nothing but the marker.
+A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "comfyui" when it is
+marked ``comfyui`` or needs ``comfy_root`` (every server fixture does), else "core"; a new tier needs
+nothing but the marker. A test labelled core that resolves ComfyUI all the same (a server taken by
+name, ``request.getfixturevalue``) fails, naming itself. ``--tier NAME`` (repeated, or a comma list)
+runs only those tiers. Each run ends with its tests per tier, their seconds and the slowest tests, and
+keeps each test's tier, outcome and seconds in ``tests/artifacts/durations.json`` (``--durations-json``).
 
 ``KREA2_REQUIRE_TIERS`` (CI sets it, see ``.ci/run``) lists tiers that must each have run and
 passed without a skip: otherwise the run fails and says what was missing.
@@ -24,6 +28,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,26 +41,79 @@ GROUPS = sorted(d for d in TESTS_DIR.iterdir() if d.is_dir() and any(d.glob("tes
 sys.path[:0] = [str(TESTS_DIR / "support"), *map(str, GROUPS), str(DEVKIT_DIR)]
 
 from browser_harness import BROWSER_DIR  # noqa: E402
-from comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pack, required_tiers  # noqa: E402
+from devkit.comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pack, required_tiers  # noqa: E402
 
 load_pack()
 
 BASE_TIERS = ("core", "comfyui", "browser", "realshape", "proxy")
+DURATIONS_JSON = TESTS_DIR / "artifacts" / "durations.json"   # tests/artifacts/ is not committed
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", action="append", default=[], metavar="NAME",
+                     help="run only the tests of this tier (repeat it or give a comma list): " + ", ".join(BASE_TIERS))
+    parser.addoption("--durations-json", default=str(DURATIONS_JSON), metavar="PATH",
+                     help="where the run keeps each test's tier, outcome and duration (default: %(default)s)")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "comfyui: needs the real ComfyUI server")
+    config.addinivalue_line("markers", "comfyui: needs the real ComfyUI server (puts the test in the comfyui tier)")
     config.addinivalue_line("markers", "tier(name): the test tier this test belongs to (reported per tier)")
+
+
+def selected_tiers(config) -> list[str]:
+    """The tiers ``--tier`` asks for, in order; empty when it is not given (every tier runs)."""
+    return list(dict.fromkeys(name.strip() for value in config.getoption("tier") for name in value.split(",")
+                              if name.strip()))
 
 
 def _tier(item) -> str:
     marker = item.get_closest_marker("tier")
     if marker:
         return marker.args[0]
-    # A test is in the ComfyUI tier when it really uses ComfyUI (every server fixture needs comfy_root).
-    if "comfy_root" in getattr(item, "fixturenames", ()):
+    # Every server fixture needs comfy_root, so a test that names one is seen here; a test that takes its
+    # server by name (request.getfixturevalue) cannot be seen before it runs, so its module is marked comfyui.
+    # _check_tier holds both rules to what the test really resolved.
+    if item.get_closest_marker("comfyui") or "comfy_root" in getattr(item, "fixturenames", ()):
         return "comfyui"
     return "core"
+
+
+def _resolved_comfyui(item) -> bool:
+    """Whether the test resolved ComfyUI: its request's names hold every fixture set up for it, by argument,
+    through another fixture or by name, ``request.getfixturevalue`` in the test or in a fixture."""
+    request = getattr(item, "_request", None)
+    return request is not None and "comfy_root" in request.fixturenames
+
+
+def _check_tier(item, report):
+    """A test labelled core that resolved ComfyUI fails: the label would hide it from ``--tier comfyui`` and
+    count a server test as core."""
+    if report.when == "call" and report.tier == "core" and _resolved_comfyui(item) and not report.failed:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} is in the core tier but resolved ComfyUI (comfy_root): mark it "
+                           f"pytest.mark.comfyui (or its module: pytestmark = pytest.mark.comfyui)")
+
+
+def pytest_collection_modifyitems(config, items):
+    wanted = selected_tiers(config)
+    if not wanted:
+        return
+    known = {*BASE_TIERS, *(_tier(item) for item in items)}
+    if unknown := [name for name in wanted if name not in known]:
+        raise pytest.UsageError(f"--tier {','.join(unknown)}: no such tier (tiers: {', '.join(sorted(known))})")
+    kept, deselected = [], []
+    for item in items:
+        (kept if _tier(item) in wanted else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def pytest_collection_finish(session):
+    _COLLECTED.clear()
+    _COLLECTED.update(collections.Counter(_tier(item) for item in session.items))
 
 
 @dataclasses.dataclass
@@ -64,6 +122,7 @@ class TierResult:
     failed: int = 0
     xfailed: int = 0
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason -> tests
+    seconds: float = 0.0   # setup, call and teardown of its tests (a shared server's start in its first test)
 
     def verdict(self) -> str:
         if self.failed:
@@ -76,14 +135,25 @@ class TierResult:
         counts = [f"{n} {what}" for n, what in ((self.passed, "passed"), (self.failed, "failed"),
                                                  (self.xfailed, "xfailed"), (sum(self.skipped.values()), "skipped"))
                   if n]
-        return f"TIER {name}: {self.verdict()} ({', '.join(counts) or 'no tests selected'})"
+        took = f" in {self.seconds:.1f} s" if counts else ""
+        return f"TIER {name}: {self.verdict()} ({', '.join(counts) or 'no tests selected'}){took}"
 
     def report(self, name: str) -> str:
         return "\n".join([self.summary(name), *(f"    skipped {n}: {why}" for why, n in self.skipped.items())])
 
 
-_OUTCOMES: dict[str, tuple[str, str, str]] = {}   # test id -> (tier, outcome, skip reason)
-_COLLECTION_SKIPS: list[str] = []                # modules skipped before their tests were collected
+@dataclasses.dataclass
+class OneTest:
+    tier: str
+    outcome: str = "passed"
+    reason: str = ""          # why it was skipped
+    seconds: float = 0.0      # its setup, call and teardown
+
+
+_OUTCOMES: dict[str, OneTest] = {}    # test id -> its tier, outcome and duration
+_COLLECTED: collections.Counter = collections.Counter()   # tier -> tests selected to run
+_COLLECTION_SKIPS: list[str] = []         # modules skipped before their tests were collected
+SLOWEST = 15   # the slowest tests listed at the end of a run
 
 
 def _skip_reason(report) -> str:
@@ -93,13 +163,13 @@ def _skip_reason(report) -> str:
 
 def pytest_runtest_logreport(report):
     """One outcome per test: a failure in any phase wins, then a skip in any phase, then the call's pass."""
-    tier, outcome, reason = _OUTCOMES.get(report.nodeid, (report.tier, "passed", ""))
+    result = _OUTCOMES.setdefault(report.nodeid, OneTest(report.tier))
+    result.seconds += report.duration
     if report.failed:
-        outcome = "failed"
-    elif report.skipped and outcome != "failed":
+        result.outcome = "failed"
+    elif report.skipped and result.outcome != "failed":
         # A strict xfail is a known, documented failure; an XPASS of one is reported as failed.
-        outcome, reason = ("xfailed", "") if hasattr(report, "wasxfail") else ("skipped", _skip_reason(report))
-    _OUTCOMES[report.nodeid] = (tier, outcome, reason)
+        result.outcome, result.reason = ("xfailed", "") if hasattr(report, "wasxfail") else ("skipped", _skip_reason(report))
 
 
 def pytest_collectreport(report):
@@ -110,23 +180,32 @@ def pytest_collectreport(report):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    outcome.get_result().tier = _tier(item)
+    report = outcome.get_result()
+    report.tier = _tier(item)
+    _check_tier(item, report)
 
 
-def tier_results() -> dict[str, TierResult]:
-    results = {name: TierResult() for name in (*BASE_TIERS, *required_tiers())}
-    for tier, outcome, reason in _OUTCOMES.values():
-        result = results.setdefault(tier, TierResult())
-        if outcome == "skipped":
-            result.skipped[reason] += 1
+def reported_tiers(config=None) -> list[str]:
+    """The tiers a run reports: the selected ones under ``--tier``, else every base tier; and the required ones."""
+    chosen = selected_tiers(config) if config is not None else []
+    return list(dict.fromkeys([*(chosen or BASE_TIERS), *required_tiers()]))
+
+
+def tier_results(config=None) -> dict[str, TierResult]:
+    results = {name: TierResult() for name in reported_tiers(config)}
+    for test in _OUTCOMES.values():
+        result = results.setdefault(test.tier, TierResult())
+        result.seconds += test.seconds
+        if test.outcome == "skipped":
+            result.skipped[test.reason] += 1
         else:
-            setattr(result, outcome, getattr(result, outcome) + 1)
+            setattr(result, test.outcome, getattr(result, test.outcome) + 1)
     return results
 
 
-def missing_required_tiers() -> list[str]:
+def missing_required_tiers(config=None) -> list[str]:
     """Why a required tier does not count as passed, one line per tier (and per skipped module)."""
-    results = tier_results()
+    results = tier_results(config)
     problems = [results[name].summary(name) + "".join(f"; skipped: {why}" for why in results[name].skipped)
                 for name in required_tiers() if results[name].verdict() != "PASSED"]
     if required_tiers():
@@ -134,22 +213,62 @@ def missing_required_tiers() -> list[str]:
     return problems
 
 
+def pytest_sessionstart(session):
+    session.config.stash[_STARTED] = time.time()
+
+
 def pytest_sessionfinish(session, exitstatus):
-    if missing_required_tiers() and session.exitstatus == pytest.ExitCode.OK:
+    if missing_required_tiers(session.config) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if _OUTCOMES:
+        write_durations(session.config, Path(session.config.getoption("durations_json")))
 
 
-def pytest_terminal_summary(terminalreporter):
+def write_durations(config, path: Path):
+    """Each test's tier, outcome and seconds, and each tier's totals, for reading after the run
+    (``python3 dev.py tier-times`` makes docs/development.md's table of them)."""
+    wall = time.time() - config.stash[_STARTED]
+    record = {
+        "args": list(config.invocation_params.args),
+        "selected_tiers": selected_tiers(config),
+        "required_tiers": required_tiers(),
+        "wall_s": round(wall, 2),
+        "tiers": {name: {"tests": result.passed + result.failed + result.xfailed + sum(result.skipped.values()),
+                         "passed": result.passed, "failed": result.failed, "xfailed": result.xfailed,
+                         "skipped": sum(result.skipped.values()), "seconds": round(result.seconds, 2),
+                         "verdict": result.verdict()}
+                  for name, result in tier_results(config).items()},
+        "tests": [{"nodeid": nodeid, "tier": test.tier, "outcome": test.outcome, "seconds": round(test.seconds, 3)}
+                  for nodeid, test in _OUTCOMES.items()],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.section("test tiers")
-    for name, result in tier_results().items():
+    deselected = len(terminalreporter.stats.get("deselected", ()))
+    terminalreporter.write_line("selected per tier: " + (", ".join(f"{name} {n}" for name, n in _COLLECTED.items())
+                                                         or "none") + (f" ({deselected} deselected)" if deselected else ""))
+    if config.option.collectonly:
+        return
+    for name, result in tier_results(config).items():
         terminalreporter.write_line(result.report(name))
     for skip in _COLLECTION_SKIPS:
         terminalreporter.write_line(f"module skipped at collection: {skip}")
+    if _OUTCOMES:
+        started = config.stash.get(_STARTED, None)
+        wall = f" (wall {time.time() - started:.1f} s)" if started else ""
+        terminalreporter.write_line(f"tests took {sum(test.seconds for test in _OUTCOMES.values()):.1f} s{wall}; "
+                                    f"kept in {config.getoption('durations_json')}")
+        terminalreporter.write_line(f"slowest {min(SLOWEST, len(_OUTCOMES))}:")
+        for nodeid, test in sorted(_OUTCOMES.items(), key=lambda kv: -kv[1].seconds)[:SLOWEST]:
+            terminalreporter.write_line(f"  {test.seconds:8.2f} s  {test.tier:<10} {nodeid}")
 
 
 def pytest_unconfigure(config):
     """The verdict on required tiers, last: below pytest's own summary, where a CI log is read."""
-    problems = missing_required_tiers()
+    problems = missing_required_tiers(config)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if not problems or reporter is None:
         return
@@ -172,7 +291,7 @@ def comfy_root() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_shape():
-    from krea2_synthetic import Krea2Shape
+    from devkit.krea2_synthetic import Krea2Shape
 
     return Krea2Shape()
 
@@ -180,10 +299,10 @@ def tiny_shape():
 @pytest.fixture(scope="session")
 def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
     """One real ComfyUI server for the session, with a tiny generated Krea-2 installed."""
-    from krea2_synthetic import save_native_checkpoint
+    from devkit.krea2_synthetic import save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_base"))
-    from comfy_models import make_tiny_wan
+    from devkit.comfy_models import make_tiny_wan
 
     save_native_checkpoint(base / "models" / "diffusion_models" / "krea2_tiny.safetensors", tiny_shape, seed=0)
     # A real non-Krea model, for the "unsupported model" checks (made before the server lists its files).
@@ -195,7 +314,7 @@ def comfy_server(comfy_root, tmp_path_factory, tiny_shape):
 
 def family_checkpoint_seed(model_key: str) -> int:
     """The seed of a family checkpoint: its place in ``FAMILY_MODELS``, whichever fixture writes it."""
-    from comfy_models import FAMILY_MODELS
+    from devkit.comfy_models import FAMILY_MODELS
 
     return list(FAMILY_MODELS).index(model_key)
 
@@ -203,8 +322,8 @@ def family_checkpoint_seed(model_key: str) -> int:
 def on_demand_models() -> dict[str, str]:
     """{FAMILY_MODELS key: file} of the families with tests of their own (``FamilySpec.own_tests``):
     their checkpoints are written only when one of those tests asks for them."""
-    from comfy_models import FAMILY_MODELS
-    from family_prompts import FAMILIES
+    from devkit.comfy_models import FAMILY_MODELS
+    from devkit.family_prompts import FAMILIES
 
     own = {spec.model for spec in FAMILIES.values() if spec.own_tests}
     return {key: name for key, name in FAMILY_MODELS.items() if name in own}
@@ -218,7 +337,7 @@ def family_server(comfy_root, tmp_path_factory):
     Made once per session: Z-Image's checkpoint is 2.1 GB, Qwen-Image's 1.4 GB (ComfyUI detects them
     only at full width). Chroma's is added by ``chroma_server``, when a Chroma test runs.
     """
-    from comfy_models import FAMILY_MODELS, make_family_checkpoint
+    from devkit.comfy_models import FAMILY_MODELS, make_family_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_families"))
     for family, name in FAMILY_MODELS.items():
@@ -234,7 +353,7 @@ def family_server(comfy_root, tmp_path_factory):
 def chroma_server(comfy_root, family_server):
     """``family_server`` with the shallow Chroma checkpoint (1.9 GB in bf16), written once per session, the
     first time a test asks for it (ComfyUI lists a model folder again when it changes)."""
-    from comfy_models import FAMILY_MODELS, make_family_checkpoint
+    from devkit.comfy_models import FAMILY_MODELS, make_family_checkpoint
 
     path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["chroma"]
     make_family_checkpoint(comfy_root, "chroma", path, seed=family_checkpoint_seed("chroma"))
@@ -254,7 +373,7 @@ def uncached_latent():
     **prompt_args)`` without the cache node, sampled once per server and graph, so that tests comparing
     with the same uncached graph share its run (Krea-2's at CFG 3.5, seed 0: the node tests' baseline
     and the family tests' reference for caching off)."""
-    from family_prompts import family_prompt
+    from devkit.family_prompts import family_prompt
     from helpers import run_ok
 
     latents = {}
@@ -272,7 +391,7 @@ def uncached_latent():
 @pytest.fixture(scope="session")
 def proxy(comfy_root):
     """The small trained Krea-2 (built into its cache first when the cache has none)."""
-    from krea2_proxy import ensure_proxy
+    from devkit.krea2_proxy import ensure_proxy
 
     return ensure_proxy(comfy_root)
 
@@ -281,7 +400,7 @@ def proxy(comfy_root):
 def turbo_proxy(comfy_root, proxy):
     """The proxy distilled to 8 steps at CFG 1 (devkit/krea2_turbo_proxy.py): the few-step regime's model;
     it decodes with the proxy's codec (distilled after the proxy when the cache has none)."""
-    from krea2_turbo_proxy import ensure_turbo_proxy
+    from devkit.krea2_turbo_proxy import ensure_turbo_proxy
 
     return ensure_turbo_proxy(comfy_root)
 
@@ -289,8 +408,8 @@ def turbo_proxy(comfy_root, proxy):
 @pytest.fixture(scope="session")
 def proxy_server(comfy_root, tmp_path_factory, proxy, turbo_proxy):
     """A real ComfyUI server with the proxy, the Turbo proxy and seeded-random weights of their shape installed."""
-    from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, TURBO_PROXY_MODEL
-    from krea2_synthetic import Krea2Shape, save_native_checkpoint
+    from devkit.krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, TURBO_PROXY_MODEL
+    from devkit.krea2_synthetic import Krea2Shape, save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_proxy_base"))
     models = base / "models" / "diffusion_models"
@@ -328,8 +447,8 @@ def editor_server(browser_tools, request, comfy_root, tmp_path_factory, tiny_sha
     if not frontend:
         yield request.getfixturevalue("comfy_server")
         return
-    from krea2_prompts import TINY_MODEL
-    from krea2_synthetic import save_native_checkpoint
+    from devkit.krea2_prompts import TINY_MODEL
+    from devkit.krea2_synthetic import save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_frontend"))
     save_native_checkpoint(base / "models" / "diffusion_models" / TINY_MODEL, tiny_shape, seed=0)
@@ -348,7 +467,7 @@ def transformer():
 
 def with_family_checkpoint(comfy_root: Path, server: ComfyServer, family: str) -> ComfyServer:
     """``server`` with the tiny checkpoint of ``family`` (a ``FAMILY_MODELS`` key), written unless it is there."""
-    from comfy_models import FAMILY_MODELS, make_family_checkpoint
+    from devkit.comfy_models import FAMILY_MODELS, make_family_checkpoint
 
     path = server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS[family]
     if not path.exists():
@@ -383,7 +502,7 @@ def ltx2_server(comfy_root, family_server):
 @pytest.fixture(scope="session")
 def minimax_server(comfy_root, family_server):
     """``family_server`` with the tiny MiniMax H3 checkpoint, written the first time a MiniMax H3 test asks."""
-    from comfy_models import FAMILY_MODELS, make_minimax_h3_checkpoint
+    from devkit.comfy_models import FAMILY_MODELS, make_minimax_h3_checkpoint
 
     path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["minimax_h3"]
     if not path.exists():
