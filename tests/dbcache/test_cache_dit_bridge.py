@@ -12,7 +12,8 @@ import weakref
 import cache_dit
 import pytest
 import torch
-from test_cache_run_lists import DOUBLE, SIGMAS, SINGLE, STEPS, WIDTH, TwoLists, family
+
+from two_lists import DOUBLE, SIGMAS, SINGLE, STEPS, WIDTH, TwoLists, family
 
 from krea2_cachedit.adapters.dbcache.cache_dit_bridge import CHECKED_WITH, HOOKS, CachedModule, ListToCache, context_configs
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run

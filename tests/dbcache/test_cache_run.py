@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from cache_runs import (NODE, COND, FAST, FAST_MASK_CACHED, SHAPE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs,
-                        clean_block_evals, fail_after_one_call, forward, open_run, plain_outputs, record_of, run_alone_from, run_single,
-                        run_split)
+                        clean_block_evals, fail_after_one_call, forward, open_run, plain_outputs, record_of, run_alone_from, run_batched,
+                        run_single, run_split)
 from krea2_cachedit.adapters.families import registry
 from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
 from krea2_cachedit.adapters.sampling.observation import Call
@@ -45,16 +45,6 @@ def test_split_calls_keep_cond_and_uncond_apart(transformer, order):
         run_single(transformer, FAST, alone)
         for step, (mixed, reference) in enumerate(zip(streams[branch].outputs, alone.outputs)):
             torch.testing.assert_close(mixed, reference, rtol=0, atol=0, msg=f"branch {branch} step {step}")
-
-
-def run_batched(transformer, run: CacheRun, uncond: Stream, cond: Stream, steps=range(STEPS)):
-    """uncond and cond batched into one call per step (ComfyUI's order: uncond first)."""
-    for i in steps:
-        x, context = torch.cat([uncond.x, cond.x]), torch.cat([uncond.context, cond.context])
-        with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
-            out = forward(transformer, x, context, SIGMAS[i])
-        uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
-        cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
 
 
 def test_batched_cond_uncond_is_one_stream(transformer):

@@ -13,62 +13,34 @@ import weakref
 import pytest
 import torch
 
-from cache_runs import COND, NODE, SIGMAS, STEPS, UNCOND, Stream, assert_same_outputs, forward, plain_outputs, record_of
+from cache_runs import (COND, NODE, SIGMAS, STEPS, TURBO, TURBO_FORECAST, UNCOND, Stream, assert_same_outputs, forward,
+                        open_run, plain_outputs, record_of, run_batched, run_single, run_split)
 from krea2_cachedit.adapters.families import registry
 from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
 from krea2_cachedit.adapters.forecast.final_layer_contract import FeatureArgument
 from krea2_cachedit.adapters.forecast.final_layer_output import FinalOutputContract
-from krea2_cachedit.adapters.forecast.forecast_run import FinalLayerSeam, ForecastRun
+from krea2_cachedit.adapters.forecast.forecast_run import FinalLayerSeam
 from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
 from krea2_cachedit.adapters.sampling.step_clock import StepClock
 
-TURBO = ForecastSettings.from_preset("turbo_5_of_8")          # 8 steps: 0 1 3 5 7 computed, 2 4 6 forecast
-TURBO_FORECAST = [2, 4, 6]
 NOTHING = ForecastSettings("custom", Forecaster("linear"), ForecastSchedule(0, 1.0, 0.0, 0))   # every step
 SPECTRUM = ForecastSettings("custom", Forecaster("spectrum", 4, 0.1, 0.5), ForecastSchedule(3, 2.0, 0.0, 1))
 # turbo_5_of_8's schedule, forecasting the final layer's output 0.7 of the way.
 OUTPUT = ForecastSettings("custom", Forecaster("linear", extrapolation=0.7, target="output"), TURBO.schedule)
 
 
-def open_forecast(transformer, settings: ForecastSettings, conds_per_step: int) -> ForecastRun:
-    clock = StepClock(SIGMAS)
-    return ForecastRun(registry.resolve(transformer), plan_forecast_run(settings, clock.steps), clock, conds_per_step,
-                       node_name=NODE)
-
-
-def sample_single(transformer, settings, stream: Stream) -> ForecastRun:
-    with open_forecast(transformer, settings, conds_per_step=1) as run:
-        for i in range(STEPS):
-            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
-                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
-            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    return run
-
-
-def sample_split(transformer, settings, order) -> tuple[ForecastRun, dict[int, Stream]]:
-    streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
-    with open_forecast(transformer, settings, conds_per_step=2) as run:
-        for i in range(STEPS):
-            for branch in order:
-                s = streams[branch]
-                with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
-                    out = forward(transformer, s.x, s.context, SIGMAS[i])
-                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-    return run, streams
-
-
 def test_a_run_that_forecasts_nothing_is_the_plain_model(transformer):
     plain = plain_outputs(transformer, Stream(COND, 1))
     forecast = Stream(COND, 1)
-    record = record_of(sample_single(transformer, NOTHING, forecast))
+    record = record_of(run_single(transformer, NOTHING, forecast))
     assert record.forecast_steps == [] and record.block_evals == STEPS * len(transformer.transformer_blocks)
     assert_same_outputs(forecast.outputs, plain, "nothing forecast")
 
 
 def test_the_schedule_forecasts_its_steps_and_they_run_no_block(transformer):
     stream = Stream(COND, 1)
-    run = sample_single(transformer, TURBO, stream)
+    run = run_single(transformer, TURBO, stream)
     record = record_of(run)
     blocks = len(transformer.transformer_blocks)
     assert record.forecast_steps == TURBO_FORECAST and record.mask == [1, 1, 0, 1, 0, 1, 0, 1]
@@ -96,7 +68,7 @@ def test_a_forecast_is_the_final_layer_on_the_extrapolated_feature(transformer):
     hook = transformer.final_layer.register_forward_hook(lambda module, args, out: features.append(args[0].clone()))
     try:
         stream = Stream(COND, 1)
-        sample_single(transformer, TURBO, stream)
+        run_single(transformer, TURBO, stream)
     finally:
         hook.remove()
     torch.testing.assert_close(features[2], 2 * features[1] - features[0], rtol=1e-6, atol=1e-6)
@@ -106,7 +78,7 @@ def test_an_output_forecast_is_the_extrapolated_model_output_and_runs_no_block(t
     """Target ``output``: a forecast step's model output is the computed outputs' line, 0.7 of the way (what
     follows the final layer is affine, and the line's weights sum to 1), and no block runs for it."""
     stream = Stream(COND, 1)
-    record = record_of(sample_single(transformer, OUTPUT, stream))
+    record = record_of(run_single(transformer, OUTPUT, stream))
     blocks = len(transformer.transformer_blocks)
     assert record.forecast_steps == TURBO_FORECAST and record.method["target"] == "output"
     assert "forecast linear (extrapolation 0.7, target output) (preset custom)" in record.log_line("node")
@@ -117,7 +89,7 @@ def test_an_output_forecast_is_the_extrapolated_model_output_and_runs_no_block(t
         torch.testing.assert_close(out[step], out[last] + 0.7 * k * (out[last] - out[before]), rtol=1e-5, atol=1e-5,
                                    msg=f"step {step}")
     feature = Stream(COND, 1)
-    sample_single(transformer, ForecastSettings("custom", Forecaster("linear", extrapolation=0.7), TURBO.schedule),
+    run_single(transformer, ForecastSettings("custom", Forecaster("linear", extrapolation=0.7), TURBO.schedule),
                   feature)
     assert not torch.allclose(feature.outputs[2], out[2], atol=1e-4), "forecasting the feature is another forecast"
 
@@ -139,27 +111,18 @@ def test_an_output_forecast_steps_aside_where_the_final_layer_returns_more_than_
 @pytest.mark.parametrize("order", [(COND, UNCOND), (UNCOND, COND)], ids=["cond_first", "uncond_first"])
 @pytest.mark.parametrize("settings", [TURBO, SPECTRUM, OUTPUT], ids=["linear", "spectrum", "linear_output"])
 def test_split_calls_forecast_each_stream_from_its_own_history(transformer, order, settings):
-    run, streams = sample_split(transformer, settings, order)
+    run, streams = run_split(transformer, settings, order)
     record = record_of(run)
     assert (record.cfg_mode, record.has_separate_cfg, record.cache_contexts) == ("split", True, 1)
     assert len(record.streams) == 2
     for branch, seed, tokens in ((COND, 1, 5), (UNCOND, 2, 7)):
         alone = Stream(branch, seed, tokens=tokens)
-        sample_single(transformer, settings, alone)
+        run_single(transformer, settings, alone)
         assert_same_outputs(streams[branch].outputs, alone.outputs, f"branch {branch} split vs alone")
 
 
-def run_batched(transformer, run, uncond: Stream, cond: Stream, steps):
-    for i in steps:
-        x, context = torch.cat([uncond.x, cond.x]), torch.cat([uncond.context, cond.context])
-        with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
-            out = forward(transformer, x, context, SIGMAS[i])
-        uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
-        cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
-
-
 def test_batched_cond_and_uncond_share_one_history_for_the_batch(transformer):
-    with open_forecast(transformer, TURBO, conds_per_step=2) as run:
+    with open_run(transformer, TURBO, conds_per_step=2) as run:
         run_batched(transformer, run, Stream(UNCOND, 2), Stream(COND, 1), range(STEPS))
     record = record_of(run)
     assert (record.cfg_mode, record.has_separate_cfg) == ("batched", False)
@@ -171,7 +134,7 @@ def test_a_layout_change_starts_fresh_histories(transformer):
     """Batched for four steps, then split (as under memory pressure): the split streams' histories start
     empty, so their steps compute until each holds two points, whatever the schedule says."""
     uncond, cond = Stream(UNCOND, 2), Stream(COND, 1)
-    with open_forecast(transformer, TURBO, conds_per_step=2) as run:
+    with open_run(transformer, TURBO, conds_per_step=2) as run:
         run_batched(transformer, run, uncond, cond, range(4))
         for i in range(4, STEPS):
             for s in (uncond, cond):
@@ -191,7 +154,7 @@ def test_a_layout_change_starts_fresh_histories(transformer):
 def test_a_further_call_in_a_step_is_computed_and_kept_out_of_the_history(transformer):
     """A multi-call sampler's further evaluation of a step (dpm-2s-like: at an intermediate sigma)."""
     stream = Stream(COND, 1)
-    with open_forecast(transformer, TURBO, conds_per_step=1) as run:
+    with open_run(transformer, TURBO, conds_per_step=1) as run:
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [COND], [stream.x.shape]):
                 out = forward(transformer, stream.x, stream.context, SIGMAS[i])
@@ -206,7 +169,7 @@ def test_a_further_call_in_a_step_is_computed_and_kept_out_of_the_history(transf
     assert len(extra) == STEPS and all(c[3] == blocks for c in extra), "further calls are computed in full"
     assert record.forecast_steps == TURBO_FORECAST
     alone = Stream(COND, 1)
-    sample_single(transformer, TURBO, alone)
+    run_single(transformer, TURBO, alone)
     assert_same_outputs(stream.outputs, alone.outputs, "the further calls changed no history")
 
 
@@ -218,7 +181,7 @@ def test_a_model_that_ran_is_freed_and_left_as_it_was():
     before = {name: set(module.__dict__) for name, module in transformer.named_modules()}
     refs = [weakref.ref(m) for m in (transformer, transformer.final_layer, transformer.transformer_blocks[0],
                                      transformer.text_fusion)]
-    run = sample_single(transformer, TURBO, Stream(COND, 1))
+    run = run_single(transformer, TURBO, Stream(COND, 1))
     assert {name: set(module.__dict__) for name, module in transformer.named_modules()} == before
     assert all(stream.history is None for stream in run.streams.values()), "the features are dropped at the end"
     del transformer, run
@@ -261,7 +224,7 @@ def test_on_two_devices_each_forecasts_its_own_conds_alike():
     assert [d["forecast_steps"] for d in record.devices] == [TURBO_FORECAST, TURBO_FORECAST]
     for stream, (seed, tokens) in zip(streams, ((1, 5), (2, 7))):
         alone = Stream(stream.branch, seed, tokens=tokens)
-        sample_single(copies[0], TURBO, alone)
+        run_single(copies[0], TURBO, alone)
         assert_same_outputs(stream.outputs, alone.outputs, f"branch {stream.branch} on its device vs alone")
 
 
@@ -271,7 +234,7 @@ def test_a_shared_decision_that_says_compute_computes_the_step_and_feeds_the_his
     ``other_device``), whose feature then joins the history like any computed step's."""
     asked: list[tuple[int, bool]] = []
     stream = Stream(COND, 1)
-    with open_forecast(transformer, TURBO, conds_per_step=1) as run:
+    with open_run(transformer, TURBO, conds_per_step=1) as run:
         run.share_decisions(lambda own, ballot: asked.append((len(asked), own)) or (own and len(asked) - 1 != 4))
         for i in range(STEPS):
             with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
@@ -285,7 +248,7 @@ def test_a_shared_decision_that_says_compute_computes_the_step_and_feeds_the_his
     assert [c[3] for c in record.call_log] == [0 if step in (2, 6) else blocks for step in range(STEPS)]
     # The run without the vote forecasts step 4 from steps 1 and 3; here it is computed.
     alone = Stream(COND, 1)
-    sample_single(transformer, TURBO, alone)
+    run_single(transformer, TURBO, alone)
     assert_same_outputs(stream.outputs[:4], alone.outputs[:4], "the steps before the overruled one")
     assert not torch.equal(stream.outputs[4], alone.outputs[4]), "step 4 computed, not forecast"
 

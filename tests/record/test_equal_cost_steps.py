@@ -14,14 +14,12 @@ import json
 
 import pytest
 
-from cache_runs import (COND, FAST, FAST_MASK_CACHED, OFF, SHAPE, SIGMAS, STEPS, UNCOND, Stream, fail_after_one_call, forward, open_run,
-                        record_of, run_single, run_split, seeded_transformer)
 from comfy_harness import strict_loads
+from cache_runs import (COND, FAST, FAST_MASK_CACHED, OFF, SHAPE, SIGMAS, STEPS, TURBO, TURBO_FORECAST, UNCOND, Stream,
+                        fail_after_one_call, forward, open_run, record_of, run_batched, run_on_two_devices, run_single,
+                        run_split, seeded_transformer)
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
 from krea2_cachedit.adapters.record.run_record import RunMeta, skipped_record
-from test_cache_run import run_batched
-from test_forecast_run import TURBO, TURBO_FORECAST, sample_single, sample_split
-from test_run_record import record_of as two_device_record_of, run_on_two_devices
 
 BLOCKS = SHAPE.layers
 CACHED = len(FAST_MASK_CACHED)
@@ -76,7 +74,7 @@ def test_a_correctors_extra_calls_count_in_full():
 def test_two_devices_count_as_one():
     """cond and uncond on two devices side by side: the same count as both on one device."""
     one, _ = run_split(seeded_transformer(), FAST, (COND, UNCOND))
-    single, double = record_of(one, cfg=3.5), two_device_record_of(*run_on_two_devices())
+    single, double = record_of(one, cfg=3.5), record_of(run_on_two_devices()[0], cfg=3.5)
     assert double.device_count == 2 and double.parallel_block_evals is not None
     assert double.full_calls == single.full_calls == 2 * (STEPS - CACHED)
     assert double.equal_cost_steps == single.equal_cost_steps == STEPS - CACHED + 1
@@ -86,8 +84,8 @@ def test_two_devices_count_as_one():
 def test_a_forecast_call_runs_no_block(layout):
     """The Forecast node's turbo_5_of_8: 5 of 8 steps computed cost exactly 5 steps."""
     transformer = seeded_transformer()
-    run = (sample_single(transformer, TURBO, Stream(COND, 1)) if layout == "one call"
-           else sample_split(transformer, TURBO, (COND, UNCOND))[0])
+    run = (run_single(transformer, TURBO, Stream(COND, 1)) if layout == "one call"
+           else run_split(transformer, TURBO, (COND, UNCOND))[0])
     record = record_of(run)
     calls_per_step = 1 if layout == "one call" else 2
     computed = STEPS - len(TURBO_FORECAST)

@@ -9,15 +9,11 @@ records from the runs' observations.
 from __future__ import annotations
 
 import dataclasses
-import threading
 
-from cache_runs import NODE, COND, FAST, FAST_MASK_CACHED, SIGMAS, STEPS, UNCOND, Stream, forward, run_split, seeded_transformer
-from krea2_cachedit.adapters.families import registry
+from cache_runs import (NODE, COND, FAST, FAST_MASK_CACHED, STEPS, UNCOND, run_on_two_devices, run_split,
+                        seeded_transformer)
 from krea2_cachedit.adapters.record import run_record
-from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
-from krea2_cachedit.adapters.sampling.multi_device import DeviceModel, MultiDeviceRun
 from krea2_cachedit.adapters.record.run_record import RunMeta
-from krea2_cachedit.adapters.dbcache.settings import plan_run
 from krea2_cachedit.adapters.sampling.step_clock import StepClock
 
 META = RunMeta(node_name=NODE, node_id="5", prompt_id="p", cfg=3.5, guidance={"cfg": 3.5})
@@ -25,32 +21,6 @@ META = RunMeta(node_name=NODE, node_id="5", prompt_id="p", cfg=3.5, guidance={"c
 
 def record_of(run, clock: StepClock) -> run_record.RunRecord:
     return run_record.build(run.outcome(), META)
-
-
-def run_on_two_devices() -> tuple[MultiDeviceRun, StepClock]:
-    """cond on "cuda:0", uncond on "cuda:1", every step on two threads at once."""
-    copies = [seeded_transformer(), seeded_transformer()]
-    devices = [DeviceModel(label, registry.resolve(copy), copy, conds_per_step=1)
-               for label, copy in zip(("cuda:0", "cuda:1"), copies)]
-    clock = StepClock(SIGMAS)
-    run = MultiDeviceRun(devices, plan_run(FAST, clock.steps, devices[0].target.num_blocks, NODE), clock,
-                         run_type=CacheRun, node_name=NODE)
-    streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7)]
-    with run:
-        device_runs = run.routes()
-        for i in range(STEPS):
-            def call(copy, stream):
-                with device_runs[id(copy)].model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
-                    out = forward(copy, stream.x, stream.context, SIGMAS[i])
-                stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
-
-            threads = [threading.Thread(target=call, args=pair, name=f"device-{n}")
-                       for n, pair in enumerate(zip(copies, streams))]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=60)
-    return run, clock
 
 
 def test_one_and_two_devices_are_recorded_by_the_same_build():

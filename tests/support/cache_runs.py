@@ -1,11 +1,14 @@
-"""Drive a ``CacheRun`` as ComfyUI's samplers do, on a small seeded diffusers Krea-2 (no ComfyUI).
+"""Drive a run (DBCache's ``CacheRun`` or the Forecast node's ``ForecastRun``) as ComfyUI's samplers do, on a
+small seeded diffusers Krea-2 (no ComfyUI).
 
-Shared by the adapter tests: a simulated sampler stream, the call patterns (one call per
-step, cond and uncond split), and ``record_of``, the record a run's observation makes,
-built by the same ``run_record.build`` the node uses.
+Shared by the adapter tests of both methods: a simulated sampler stream, one driver per call pattern (one call
+per step, cond and uncond split, batched, on two devices), and ``record_of``, the record a run's observation
+makes, built by the same ``run_record.build`` the node uses.
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -14,6 +17,9 @@ from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
 from krea2_cachedit.adapters.dbcache.residual_trace import StreamTrace
 from krea2_cachedit.adapters.record.run_record import RunMeta, RunRecord, record_or_none
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, DBCachePlan, plan_run
+from krea2_cachedit.adapters.forecast.forecast_run import ForecastRun
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
+from krea2_cachedit.adapters.sampling.multi_device import DeviceModel, MultiDeviceRun
 from krea2_cachedit.adapters.sampling.step_clock import StepClock
 from helpers import FAST_8_CACHED
 from krea2_synthetic import Krea2Shape, diffusers_transformer
@@ -68,9 +74,12 @@ class Stream:
         return copy
 
 
-def open_run(transformer, settings: DBCacheSettings, conds_per_step: int) -> CacheRun:
+def open_run(transformer, settings: DBCacheSettings | ForecastSettings, conds_per_step: int) -> CacheRun | ForecastRun:
+    """A DBCache run (``DBCacheSettings``) or a Forecast run (``ForecastSettings``) of ``transformer`` over SIGMAS."""
     target = registry.resolve(transformer)
     clock = StepClock(SIGMAS)
+    if isinstance(settings, ForecastSettings):
+        return ForecastRun(target, plan_forecast_run(settings, clock.steps), clock, conds_per_step, node_name=NODE)
     return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks, NODE), clock, conds_per_step,
                     node_name=NODE)
 
@@ -89,27 +98,74 @@ def record_of(run: CacheRun, cfg: float = 1.0) -> RunRecord | None:
     return record_or_none(run.outcome(), RunMeta(node_name=NODE, cfg=cfg))
 
 
+def single_calls(run, transformer, stream: Stream, steps=range(STEPS)):
+    """``stream`` alone in the open ``run``, one call per step of ``steps``."""
+    for i in steps:
+        with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
+            out = forward(transformer, stream.x, stream.context, SIGMAS[i])
+        stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+
+
+def split_calls(run, transformer, streams: dict[int, Stream], order, steps=range(STEPS)):
+    """cond and uncond as separate calls in the open ``run``, in ``order`` each step of ``steps``."""
+    for i in steps:
+        for branch in order:
+            s = streams[branch]
+            with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
+                out = forward(transformer, s.x, s.context, SIGMAS[i])
+            s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+
+
+def run_batched(transformer, run, uncond: Stream, cond: Stream, steps=range(STEPS)):
+    """uncond and cond batched into one call per step of ``steps`` in the open ``run`` (ComfyUI's order: uncond
+    first)."""
+    for i in steps:
+        x, context = torch.cat([uncond.x, cond.x]), torch.cat([uncond.context, cond.context])
+        with run.model_call(SIGMAS[i], [UNCOND, COND], [x.shape, context.shape]):
+            out = forward(transformer, x, context, SIGMAS[i])
+        uncond.advance(out[:1], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        cond.advance(out[1:], float(SIGMAS[i]), float(SIGMAS[i + 1]))
+
+
 def run_split(transformer, settings, order):
-    """cond and uncond as separate calls, in ``order`` each step."""
+    """A run of ``settings`` (either method's) with cond and uncond as separate calls, in ``order`` each step."""
     streams = {COND: Stream(COND, 1, tokens=5), UNCOND: Stream(UNCOND, 2, tokens=7)}
     with open_run(transformer, settings, conds_per_step=2) as run:
-        for i in range(STEPS):
-            for branch in order:
-                s = streams[branch]
-                with run.model_call(SIGMAS[i], [branch], [s.x.shape, s.context.shape]):
-                    out = forward(transformer, s.x, s.context, SIGMAS[i])
-                s.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        split_calls(run, transformer, streams, order)
     return run, streams
 
 
 def run_single(transformer, settings, stream: Stream):
-    """One stream alone, one call per step: the reference for what that stream should get."""
+    """A run of ``settings`` (either method's) on one stream alone, one call per step: the reference for what that
+    stream should get."""
     with open_run(transformer, settings, conds_per_step=1) as run:
-        for i in range(STEPS):
-            with run.model_call(SIGMAS[i], [stream.branch], [stream.x.shape]):
-                out = forward(transformer, stream.x, stream.context, SIGMAS[i])
-            stream.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        single_calls(run, transformer, stream)
     return run
+
+
+def run_on_two_devices() -> tuple[MultiDeviceRun, StepClock]:
+    """A DBCache run of FAST on two copies: cond on "cuda:0", uncond on "cuda:1", every
+    step on two threads at once, as ComfyUI's multi-GPU pool runs them (the labels stand for the GPUs)."""
+    copies = [seeded_transformer(), seeded_transformer()]
+    devices = [DeviceModel(label, registry.resolve(copy), copy, conds_per_step=1)
+               for label, copy in zip(("cuda:0", "cuda:1"), copies)]
+    clock = StepClock(SIGMAS)
+    run = MultiDeviceRun(devices, plan_run(FAST, clock.steps, devices[0].target.num_blocks, NODE), clock,
+                         run_type=CacheRun, node_name=NODE)
+    streams = [Stream(COND, 1, tokens=5), Stream(UNCOND, 2, tokens=7)]
+    with run:
+        device_runs = run.routes()
+        for i in range(STEPS):
+            def call(copy, stream):
+                single_calls(device_runs[id(copy)], copy, stream, steps=(i,))
+
+            threads = [threading.Thread(target=call, args=pair, name=f"device-{n}")
+                       for n, pair in enumerate(zip(copies, streams))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+    return run, clock
 
 
 def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor]:
@@ -120,10 +176,7 @@ def run_alone_from(transformer, stream: Stream, start: int) -> list[torch.Tensor
     resumed = stream.resumed_at(start)
     plan = DBCachePlan(steps=clock.steps, settings=FAST, mask=rest)
     with CacheRun(registry.resolve(transformer), plan, clock, conds_per_step=1, node_name=NODE) as run:
-        for i in range(start, STEPS):
-            with run.model_call(SIGMAS[i], [resumed.branch], [resumed.x.shape]):
-                out = forward(transformer, resumed.x, resumed.context, SIGMAS[i])
-            resumed.advance(out, float(SIGMAS[i]), float(SIGMAS[i + 1]))
+        single_calls(run, transformer, resumed, steps=range(start, STEPS))
     return resumed.outputs
 
 
@@ -148,6 +201,8 @@ def assert_same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor], w
 
 FAST = DBCacheSettings(steps_mask="fast")
 OFF = DBCacheSettings(residual_diff_threshold=0.0)
+TURBO = ForecastSettings.from_preset("turbo_5_of_8")   # 8 steps: 0 1 3 5 7 computed, 2 4 6 forecast
+TURBO_FORECAST = [2, 4, 6]
 
 
 
