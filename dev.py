@@ -41,11 +41,11 @@ import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent
-sys.path.insert(0, str(REPO / "devkit"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-from comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # noqa: E402  (stdlib only)
+# A script in the repository root: devkit/ and benchmarks/ import as packages from here.
+from devkit.comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # stdlib only
 
-DEV_REQUIREMENTS = ["pytest>=8", "matplotlib"]  # matplotlib: the peer benchmark's plot (benchmarks/peers.py)
+
+DEV_REQUIREMENTS = ["pytest>=8", "matplotlib"]  # matplotlib: the peer benchmark's plot (python -m benchmarks.peers)
 # Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.
 STANDALONE_TORCH = "torch==2.13.0"
 DURATIONS_JSON = REPO / "tests" / "artifacts" / "durations.json"   # each test run's tiers and durations
@@ -133,7 +133,7 @@ def prepare_packaging_tools():
 
 
 # The proxy tier's two models, built in this order (the Turbo proxy is distilled from the trained proxy).
-PROXY_BUILDS = (("Krea-2 proxy", "krea2_proxy.py"), ("Krea-2 Turbo proxy", "krea2_turbo_proxy.py"))
+PROXY_BUILDS = (("Krea-2 proxy", "devkit.krea2_proxy"), ("Krea-2 Turbo proxy", "devkit.krea2_turbo_proxy"))
 
 
 def prepare_proxy(python: Path, comfy_root: Path | None):
@@ -143,11 +143,11 @@ def prepare_proxy(python: Path, comfy_root: Path | None):
     if comfy_root is None:
         return
     failed = None
-    for name, script in PROXY_BUILDS:
+    for name, module in PROXY_BUILDS:
         if failed:   # the Turbo proxy's build would train the failed proxy again before distilling
             print(f"{name} setup: not tried ({failed} failed; {consequence('proxy')})", flush=True)
             continue
-        result = subprocess.run([python, REPO / "devkit" / script, "ensure", "--comfyui", comfy_root])
+        result = subprocess.run([python, "-m", module, "ensure", "--comfyui", comfy_root], cwd=REPO)
         failed = name if result.returncode else None
         status = "ok" if result.returncode == 0 else f"FAILED ({consequence('proxy')})"
         print(f"{name} setup: {status}", flush=True)
@@ -194,12 +194,12 @@ def main(argv: list[str]) -> int:
     if tiers and required_tiers():   # a tier left out by --tier is not required of this run
         os.environ[REQUIRE_TIERS_ENV] = ",".join(name for name in required_tiers() if name in tiers)
     if command == "gpu-check":  # sets up its own environments: the GPU machine's python3 runs it as is
-        from gpu_check.setup import main as gpu_check
+        from benchmarks.gpu_check.setup import main as gpu_check
 
         return gpu_check(rest)
     python, comfy_root = prepare()
     if command == "demo":
-        return subprocess.run([python, REPO / "benchmarks" / "speedup.py", *rest]).returncode
+        return subprocess.run([python, "-m", "benchmarks.speedup", *rest], cwd=REPO).returncode
     def wanted(tier: str) -> bool:   # a setup step runs only for a tier this run runs
         return not tiers or tier in tiers
 

@@ -7,7 +7,7 @@ CFG (two streams, the most work), on residuals that drift step by step like a sa
 with the node's limits and with no limit on continuous cached steps (where a step's reference can
 be any earlier step). Targets: at most 50 ms at 52 steps and 0.5 s at 200 steps on a 2-core CPU.
 
-    python benchmarks/advisor.py [--steps 52 100 200] [--repeats 3]
+    python -m benchmarks.advisor [--steps 52 100 200] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -15,14 +15,9 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "devkit"))
-
-from comfy_harness import load_pack  # noqa: E402
+from devkit.comfy_harness import load_pack
 
 TARGETS_S = {52: 0.05, 200: 0.5}
 SAMPLE_VALUES = 1 << 16   # values per residual; the pack keeps a sample of residual_trace.SAMPLE_SIZE of them

@@ -25,8 +25,8 @@ linear, quadratic or Spectrum's forecast; the linear at 0.7 of its trend, of the
 output) at the call budgets of the targets, ranked by the open
 loop's error and checked closed loop. Figures of dynamics on a small proxy, not Krea-2 quality.
 
-    python benchmarks/forecast_error.py                 # both regimes, writes results/forecast_error.json
-    python benchmarks/forecast_error.py --regimes turbo --no-search
+    python -m benchmarks.forecast_error                 # both regimes, writes results/forecast_error.json
+    python -m benchmarks.forecast_error --regimes turbo --no-search
 """
 
 from __future__ import annotations
@@ -38,16 +38,14 @@ import itertools
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
+import torch
+
+from devkit.comfy_harness import find_comfyui, load_pack, use_comfyui_in_process
+from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH_DIR), str(BENCH_DIR.parent / "devkit")]
-
-import torch  # noqa: E402
-
-from comfy_harness import find_comfyui, load_pack, use_comfyui_in_process  # noqa: E402
-from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL  # noqa: E402
 
 PACK = load_pack().__name__   # imports no ComfyUI
 feature_forecast = importlib.import_module(f"{PACK}.adapters.forecast.feature_forecast")
@@ -197,7 +195,7 @@ class ProxySampler:
     def __init__(self, checkpoint: Path):
         import comfy.sd
 
-        from krea2_proxy import SETTINGS
+        from devkit.krea2_proxy import SETTINGS
 
         self.model = comfy.sd.load_diffusion_model(str(checkpoint))
         self.tokens = SETTINGS.tokens
@@ -220,7 +218,7 @@ class ProxySampler:
     def inputs(self, image: tuple[int, int]):
         import comfy.sample
 
-        from krea2_proxy import class_conditioning
+        from devkit.krea2_proxy import class_conditioning
 
         label, seed = image
         context = class_conditioning(label)
@@ -351,8 +349,8 @@ def run_regime(sampler: ProxySampler, regime: str, images, decode, search: bool,
 def regime_build(model: str, comfy_root: Path, builds: dict):
     """The build behind a regime's model file name (``REGIMES``), from its cache, once per run."""
     if model not in builds:
-        from krea2_proxy import ensure_proxy
-        from krea2_turbo_proxy import ensure_turbo_proxy
+        from devkit.krea2_proxy import ensure_proxy
+        from devkit.krea2_turbo_proxy import ensure_turbo_proxy
 
         builds[model] = {PROXY_MODEL: ensure_proxy, TURBO_PROXY_MODEL: ensure_turbo_proxy}[model](comfy_root)
     return builds[model]
@@ -371,7 +369,7 @@ def main(argv=None):
     unknown = set(args.regimes.split(",")) - set(REGIMES)
     if unknown:
         parser.error(f"--regimes: unknown {sorted(unknown)}; choose from {sorted(REGIMES)}")
-    from peers.cases import IMAGES
+    from benchmarks.peers.cases import IMAGES
 
     use_comfyui_in_process(comfy_root)
     torch.set_num_threads(1)

@@ -18,8 +18,8 @@ off), so a call's time is the model's full call, as without the node. On a GPU t
 host work that overlaps the device's, except after cache-dit's one read per decision; on a CPU
 (this script, one thread) every microsecond is paid in full.
 
-    python benchmarks/host_time.py                      # the trained proxy; 8 steps CFG 1 and 52 steps CFG 3.5
-    python benchmarks/host_time.py --checkpoint x.safetensors --steps 8 --cfg 1 --runs 3 --json out.json
+    python -m benchmarks.host_time                      # the trained proxy; 8 steps CFG 1 and 52 steps CFG 3.5
+    python -m benchmarks.host_time --checkpoint x.safetensors --steps 8 --cfg 1 --runs 3 --json out.json
 """
 
 from __future__ import annotations
@@ -30,12 +30,8 @@ import contextlib
 import functools
 import importlib
 import json
-import sys
 import time
 from pathlib import Path
-
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "devkit"))
 
 SETTINGS = {  # the node's inputs over its defaults
     "caching off": {"residual_diff_threshold": 0.0},
@@ -78,7 +74,7 @@ class Timers:
 def timed_parts(node_model, krea2_model_module):
     """Timers on the model's calls, cache-dit's block wrapper and the pack's parts, while the block runs."""
     from cache_dit.caching.cache_blocks.pattern_3_4_5 import CachedBlocks_Pattern_3_4_5
-    from comfy_harness import load_pack
+    from devkit.comfy_harness import load_pack
 
     pack = load_pack().__name__   # the pack as ComfyUI imports it (a folder in custom_nodes)
     sampling_run = importlib.import_module(f"{pack}.adapters.sampling.sampling_run")
@@ -148,8 +144,8 @@ def measure(checkpoint: Path, steps: int, cfg: float, setting: str, runs: int) -
     import comfy.sample
     import comfy.sd
     import comfy.ldm.krea2.model as krea2_model
-    from comfy_harness import load_pack
-    from krea2_prompts import CACHE_NODE_DEFAULTS
+    from devkit.comfy_harness import load_pack
+    from devkit.krea2_prompts import CACHE_NODE_DEFAULTS
 
     node = importlib.import_module(f"{load_pack().__name__}.nodes").Krea2CacheDiT
     # A model of its own per case: cache-dit keeps the ``forward`` it found at a module's first run, so a
@@ -201,7 +197,7 @@ def main(argv=None):
     parser.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    from comfy_harness import find_comfyui, use_comfyui_in_process
+    from devkit.comfy_harness import find_comfyui, use_comfyui_in_process
 
     comfy_root = find_comfyui()
     if comfy_root is None:
@@ -212,7 +208,7 @@ def main(argv=None):
     if args.checkpoint:
         checkpoint = Path(args.checkpoint).resolve()
     else:
-        from krea2_proxy import ensure_proxy
+        from devkit.krea2_proxy import ensure_proxy
 
         checkpoint = ensure_proxy(comfy_root).checkpoint
     use_comfyui_in_process(comfy_root)

@@ -16,8 +16,8 @@ computed, cached and skipped calls and text computations (and the node's own per
 measured on the proxy) into a *projected* speedup on Krea-2 (``projection``). Seeded-random
 weights: costs depend on shapes, not on values.
 
-    python benchmarks/krea2_costs.py            # CPU, float32 (minutes); writes results/krea2_costs.json
-    python benchmarks/krea2_costs.py --cuda     # a GPU, bf16
+    python -m benchmarks.krea2_costs            # CPU, float32 (minutes); writes results/krea2_costs.json
+    python -m benchmarks.krea2_costs --cuda     # a GPU, bf16
 """
 
 from __future__ import annotations
@@ -27,16 +27,14 @@ import dataclasses
 import datetime
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "devkit"))
+from devkit.krea2_synthetic import FULL_SIZE, diffusers_transformer
 
-from krea2_synthetic import FULL_SIZE, diffusers_transformer  # noqa: E402
+BENCH_DIR = Path(__file__).resolve().parent
 
 RESULTS = BENCH_DIR / "results" / "krea2_costs.json"
 BLOCKS = FULL_SIZE.layers   # 28

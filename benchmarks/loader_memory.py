@@ -8,7 +8,7 @@ resets the kernel's peak-RSS counter after the imports and reports
 
 The loader promises a ratio of at most 1.3. Linux only (/proc). Usage:
 
-    python benchmarks/loader_memory.py [--layers 8] [--dtype default|bf16|fp16|fp32] [--keep DIR]
+    python -m benchmarks.loader_memory [--layers 8] [--dtype default|bf16|fp16|fp32] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -20,22 +20,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "devkit"))
+from devkit.comfy_harness import load_pack  # the repository as the package ComfyUI sees
 
-from comfy_harness import load_pack  # noqa: E402  (the repository as the package ComfyUI sees)
 LIMIT = 1.3
 
 
 def benchmark_shape(layers: int):
-    from krea2_synthetic import Krea2Shape
+    from devkit.krea2_synthetic import Krea2Shape
 
     # ~49 MB of fp32 weights per block; the text-fusion part stays small.
     return Krea2Shape(features=1024, layers=layers, heads=8, kvheads=2, txtdim=160, txtlayers=12)
 
 
 def write_checkpoint(path: Path, layers: int) -> None:
-    from krea2_synthetic import save_native_checkpoint
+    from devkit.krea2_synthetic import save_native_checkpoint
 
     save_native_checkpoint(path, benchmark_shape(layers), seed=0)
 

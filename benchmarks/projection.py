@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import statistics
 
-from krea2_costs import CallCosts
+from benchmarks.krea2_costs import CallCosts
 
 # The peer benchmark's case names (its methods) that the projection reads.
 UNCACHED = "uncached"

@@ -10,20 +10,16 @@ what the Cache-DiT Forecast node's history holds per stream and preset at this s
 the bound ``tests/realshape/test_realshape_forecast_memory.py`` checks at 128 text tokens).
 On a GPU the GPU check reports the same as CUDA peak memory (``dev.py gpu-check``).
 
-    python benchmarks/realshape_memory.py
+    python -m benchmarks.realshape_memory
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "devkit"))
-
-from comfy_harness import find_comfyui, load_pack  # noqa: E402
+from devkit.comfy_harness import find_comfyui, load_pack
 
 
 def peak_rss_bytes(pid: int) -> int:
@@ -39,7 +35,7 @@ def reset_peak_rss(pid: int):
 
 def main():
     load_pack()
-    from realshape import FN_RESIDUAL_VALUES, realshape_prompt, start_realshape_server
+    from devkit.realshape import FN_RESIDUAL_VALUES, realshape_prompt, start_realshape_server
 
     comfy_root = find_comfyui()
     if comfy_root is None:

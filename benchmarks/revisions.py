@@ -7,8 +7,8 @@ flipped every other repeat, so drift hits both alike; per case the median per-re
 two checkouts' times, with its 95% confidence interval (``spread.median_interval``), and each
 checkout's own ratio over the graph without the node. Only one server samples at a time.
 
-    python benchmarks/revisions.py --before /path/to/older/checkout            # this checkout is "after"
-    python benchmarks/revisions.py --before A --after B --repeats 30 --json out.json
+    python -m benchmarks.revisions --before /path/to/older/checkout            # this checkout is "after"
+    python -m benchmarks.revisions --before A --after B --repeats 30 --json out.json
 
 The proxy's dynamics are not Krea-2's; these are timings of the pack's own work on a small model,
 where that work weighs most.
@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.speedup import OFF, run_prompt
+from benchmarks.spread import CONFIDENCE, median_interval, paired_ratios
+
+from devkit.comfy_harness import PACK_DIR_NAME, ComfyServer, find_comfyui
+from devkit.krea2_prompts import PROXY_MODEL, proxy_prompt
+
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
-
-from speedup import OFF, run_prompt  # noqa: E402  (also puts devkit/ on the path and loads the pack)
-from spread import CONFIDENCE, median_interval, paired_ratios  # noqa: E402
-
-from comfy_harness import PACK_DIR_NAME, ComfyServer, find_comfyui  # noqa: E402
-from krea2_prompts import PROXY_MODEL, proxy_prompt  # noqa: E402
 
 # (name, steps, cfg, the DBCache node's inputs; None: the graph without the node)
 CASES = (("no node", 8, 1.0, None), ("caching off", 8, 1.0, OFF), ("steps_mask fast", 8, 1.0, {"steps_mask": "fast"}),
@@ -91,7 +89,7 @@ def main(argv=None):
     comfy_root = find_comfyui()
     if comfy_root is None:
         raise SystemExit("This benchmark needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
-    from krea2_proxy import ensure_proxy
+    from devkit.krea2_proxy import ensure_proxy
 
     checkpoint = ensure_proxy(comfy_root).checkpoint
     servers = {label: start_server(Path(path), comfy_root, checkpoint)

@@ -25,8 +25,8 @@ It reports:
   with what the soak saved, and their cached steps with the soak's record;
 - the error answers (the 400 texts of the bad inputs).
 
-    python benchmarks/soak.py                       # 300 prompts, JSON to benchmarks/results/soak.json
-    python benchmarks/soak.py --prompts 60 --budget 600 --json /tmp/soak.json --markdown /tmp/soak.md
+    python -m benchmarks.soak                       # 300 prompts, JSON to benchmarks/results/soak.json
+    python -m benchmarks.soak --prompts 60 --budget 600 --json /tmp/soak.json --markdown /tmp/soak.md
 
 Run it with ComfyUI's Python (``~/comfy/ComfyUI/.venv/bin/python``): it builds the checkpoints with torch.
 """
@@ -47,14 +47,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR.parent / "devkit"))
+from devkit.comfy_harness import FREE, STATS_ROUTE, TENSOR_ROUTE, ComfyServer, find_comfyui, prompt_error
+from devkit.comfy_models import FAMILY_MODELS, make_family_checkpoint  # loads the pack
+from devkit.family_prompts import FAMILIES, family_prompt
+from devkit.krea2_prompts import TINY_MODEL, with_forecast
+from devkit.krea2_synthetic import Krea2Shape, save_native_checkpoint
 
-from comfy_harness import FREE, STATS_ROUTE, TENSOR_ROUTE, ComfyServer, find_comfyui, prompt_error  # noqa: E402
-from comfy_models import FAMILY_MODELS, make_family_checkpoint  # noqa: E402  (loads the pack)
-from family_prompts import FAMILIES, family_prompt  # noqa: E402
-from krea2_prompts import TINY_MODEL, with_forecast  # noqa: E402
-from krea2_synthetic import Krea2Shape, save_native_checkpoint  # noqa: E402
+BENCH_DIR = Path(__file__).resolve().parent
 
 SOAK_FAMILIES = {"krea2": 0.5, "wan": 0.25, "flux1": 0.25}   # family -> share of the prompts that sample
 STORE_LIMIT = 50            # the recent-runs store keeps this many records (nodes/routes.py RecentRuns)

@@ -27,19 +27,15 @@ import dataclasses
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "devkit"))
-
-from comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error  # noqa: E402
-from krea2_prompts import (FORECAST_CUSTOM_DEFAULTS, PROXY_MODEL, TURBO_PROXY_MODEL, krea2_prompt,  # noqa: E402
-                           proxy_prompt, with_forecast)
-from spread import (MIN_REPEATS, Spread, above_ideal, at_least, caching_efficiency, keep_repeating,  # noqa: E402
-                    paired_ratios, show, spread, within)
+from devkit.comfy_harness import COMPILE_ROUTE, ComfyServer, find_comfyui, load_pack, prompt_error
+from devkit.krea2_prompts import (FORECAST_CUSTOM_DEFAULTS, PROXY_MODEL, TURBO_PROXY_MODEL, krea2_prompt,
+                                  proxy_prompt, with_forecast)
+from benchmarks.spread import (MIN_REPEATS, Spread, above_ideal, at_least, caching_efficiency, keep_repeating,
+                               paired_ratios, show, spread, within)
 
 load_pack()  # imports no ComfyUI: for the pack's own image metric, the one the compare node reports
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse  # noqa: E402
@@ -190,7 +186,7 @@ def relative_l2(latent, reference) -> float:
 
 def run_comfyui(args, comfy_root: Path) -> list[dict]:
     load_pack()
-    from krea2_synthetic import Krea2Shape, save_native_checkpoint
+    from devkit.krea2_synthetic import Krea2Shape, save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(Path(tempfile.mkdtemp(prefix="krea2_bench_")))
     proxy = None
@@ -199,8 +195,8 @@ def run_comfyui(args, comfy_root: Path) -> list[dict]:
         link.symlink_to(Path(args.model).resolve())
         model_name, features = link.name, 12 * 2560  # the native krea2 text encoder's layout
     elif not args.random:
-        from krea2_proxy import ensure_proxy
-        from krea2_turbo_proxy import ensure_turbo_proxy
+        from devkit.krea2_proxy import ensure_proxy
+        from devkit.krea2_turbo_proxy import ensure_turbo_proxy
 
         proxy = ensure_proxy(comfy_root)   # its codec decodes both regimes' images
         (base / "models" / "diffusion_models" / PROXY_MODEL).symlink_to(proxy.checkpoint)
@@ -351,7 +347,7 @@ def run_adapters(args) -> list[dict]:
     from krea2_cachedit.adapters.record.run_record import RunMeta, build
     from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
     from krea2_cachedit.adapters.sampling.step_clock import StepClock
-    from krea2_synthetic import Krea2Shape, diffusers_transformer
+    from devkit.krea2_synthetic import Krea2Shape, diffusers_transformer
 
     shape = Krea2Shape(**MID_SIZE)
     print(f"No ComfyUI found: sampling a mid-size diffusers Krea-2 ({MID_SIZE}) through the adapters.", flush=True)
@@ -508,8 +504,8 @@ def main(argv=None):
 def unbuilt_proxies() -> list[str]:
     """The proxy table's builds its cache lacks, each with its rough build time: the trained proxy (the
     52-step rows') and the Turbo proxy distilled from it (the 8-step rows')."""
-    import krea2_proxy
-    import krea2_turbo_proxy
+    from devkit import krea2_proxy
+    from devkit import krea2_turbo_proxy
 
     missing = []
     if not krea2_proxy.is_built():

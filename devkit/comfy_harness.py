@@ -39,6 +39,16 @@ THIRD_PARTY_ENV = "KREA2_THIRD_PARTY_DIR"
 REQUIRE_TIERS_ENV = "KREA2_REQUIRE_TIERS"
 
 
+def repo_env(env: dict | None = None) -> dict:
+    """The environment for a child Python that imports ``devkit`` or ``benchmarks``: the repository root
+    on ``PYTHONPATH``. That comes after the child's first path entry (its working folder for ``-c``, its
+    folder for a script), so a child working in ComfyUI's folder finds ComfyUI's ``nodes`` module, not the
+    pack's ``nodes/`` folder."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
 def required_tiers() -> list[str]:
     return [tier.strip() for tier in os.environ.get(REQUIRE_TIERS_ENV, "").split(",") if tier.strip()]
 

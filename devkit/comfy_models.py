@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from comfy_harness import comfyui_python, load_pack
+from devkit.comfy_harness import comfyui_python, load_pack
 
 load_pack()
-from krea2_synthetic import Krea2Shape, native_state_dict  # noqa: E402
+from devkit.krea2_synthetic import Krea2Shape, native_state_dict  # noqa: E402
 
 # A one-layer Wan 2.1 transformer: a real, non-Krea MODEL that ComfyUI's UNETLoader detects
 # from its shapes. Built with ComfyUI's own class so the key names are exactly its own.

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from comfy_harness import load_pack
-from family_prompts import CHROMA, FLUX, HUNYUAN
+from devkit.comfy_harness import load_pack
+from devkit.family_prompts import CHROMA, FLUX, HUNYUAN
 
 load_pack()  # the pack's own plan says how many steps cost as much as the cached run
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from comfy_models import FAMILY_MODELS
-from krea2_prompts import TINY_CONTEXT_FEATURES, TINY_MODEL, krea2_prompt
+from devkit.comfy_models import FAMILY_MODELS
+from devkit.krea2_prompts import TINY_CONTEXT_FEATURES, TINY_MODEL, krea2_prompt
 
 
 @dataclasses.dataclass(frozen=True)

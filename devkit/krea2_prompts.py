@@ -129,7 +129,7 @@ def proxy_prompt(*, label: int, cfg=1.0, steps=8, cache: dict | None = None, see
     """``krea2_prompt`` for the proxy: class ``label``'s conditioning as the positive prompt, that
     conditioning zeroed (``ConditioningZeroOut``, what the proxy learned as "no prompt") as the
     negative, 128x128. Node ids as in ``krea2_prompt``; "3" is the ConditioningZeroOut."""
-    from krea2_proxy import SETTINGS, class_seed
+    from devkit.krea2_proxy import SETTINGS, class_seed
 
     prompt = krea2_prompt(cfg=cfg, steps=steps, cache=cache, seed=seed, size=PROXY_SIZE, batch=batch, model=model,
                           pos_tokens=SETTINGS.tokens, prefix=prefix, nonce=nonce)

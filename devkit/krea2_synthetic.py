@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from comfy_harness import load_pack
+from devkit.comfy_harness import load_pack
 
 load_pack()  # the pack as ComfyUI imports it: its diffusers layout is the one to match
 

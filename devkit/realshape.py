@@ -13,9 +13,9 @@ import dataclasses
 
 import torch
 
-from comfy_harness import ComfyServer
-from krea2_prompts import krea2_prompt
-from krea2_synthetic import FULL_SIZE, write_native_checkpoint
+from devkit.comfy_harness import ComfyServer
+from devkit.krea2_prompts import krea2_prompt
+from devkit.krea2_synthetic import FULL_SIZE, write_native_checkpoint
 
 # The real architecture with two blocks: Fn=1 computes block 0, a cached step skips block 1.
 REALSHAPE = dataclasses.replace(FULL_SIZE, layers=2)

@@ -5,7 +5,7 @@ server reports in ``/object_info`` (with the ``control_after_generate`` value
 after a seed), so when a node's inputs change, rerunning this keeps the files
 right:
 
-    ~/comfy/ComfyUI/.venv/bin/python tools/make_example_workflows.py
+    ~/comfy/ComfyUI/.venv/bin/python -m tools.make_example_workflows
 
 It starts a CPU ComfyUI with this pack through ``devkit/comfy_harness.py``
 (finding ComfyUI like the tests do) only to read ``/object_info``.
@@ -20,13 +20,12 @@ import tempfile
 import uuid
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "devkit"))
+from devkit.comfy_harness import ComfyServer, find_comfyui
+from devkit.editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs
+from devkit.example_templates import (FAMILY_TEMPLATES, KREA2_BLOCKS, LOADERS, FamilyTemplate, ModelFile,
+                                      fewer_steps)
 
-from comfy_harness import ComfyServer, find_comfyui  # noqa: E402
-from editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs  # noqa: E402
-from example_templates import (FAMILY_TEMPLATES, KREA2_BLOCKS, LOADERS, FamilyTemplate, ModelFile,  # noqa: E402
-                               fewer_steps)
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 OUT_DIR = REPO_ROOT / "example_workflows"
 PACK_CNR_ID = "comfyui-krea2-cachedit"  # the registry id ([project].name), so the editor can offer the pack

@@ -28,7 +28,7 @@ def checkpoint_folder(work: Path, nbytes: int) -> Path:
 
 
 def krea2_shape(scale: Scale):
-    from krea2_synthetic import FULL_SIZE, Krea2Shape
+    from devkit.krea2_synthetic import FULL_SIZE, Krea2Shape
 
     return FULL_SIZE if scale.full_size else Krea2Shape()
 
@@ -38,7 +38,7 @@ def generate_checkpoint(work: Path, scale: Scale, timings: dict) -> tuple[Path, 
     path and what the report says of it."""
     import torch
 
-    from krea2_synthetic import native_shapes, write_native_checkpoint
+    from devkit.krea2_synthetic import native_shapes, write_native_checkpoint
 
     shape = krea2_shape(scale)
     params = sum(math.prod(size) for size in native_shapes(shape).values())

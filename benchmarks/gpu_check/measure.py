@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from speedup import Case, case_prompt, run_prompt  # also puts devkit/ on the path and loads the pack
-from comfy_harness import COMPILE_ROUTE, MEMORY_ROUTE, ComfyServer
+from benchmarks.speedup import Case, case_prompt, run_prompt
+from devkit.comfy_harness import COMPILE_ROUTE, MEMORY_ROUTE, ComfyServer
 from .budget import Budget, BudgetExceeded
 from .cases import TWO_GPUS, Scale
 from .rows import Measured

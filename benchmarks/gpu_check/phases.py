@@ -10,7 +10,7 @@ what is left and records what was cut.
 
 from __future__ import annotations
 
-from comfy_harness import ComfyServer
+from devkit.comfy_harness import ComfyServer
 from .budget import (RAW_MIN_STEPS, Budget, BudgetExceeded, compiled_turbo_reserve, plan_raw_with_forecast,
                      raw_share, repeats_that_fit)
 from .cases import (COMPILED_VARIANTS, RAW, TURBO, TWO_GPU_VARIANTS, TWO_GPUS, VARIANTS, Scale, Workload,

@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from comfy_harness import ComfyServer
+from devkit.comfy_harness import ComfyServer
 from .budget import Budget
 from .cases import Scale
 from .measure import WARMUP_SEED

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from speedup import Case, relative_l2
+from benchmarks.speedup import Case, relative_l2
 from .cases import TWO_GPUS, VARIANTS, Workload, forecast_preset
 
 OVERHEAD_LIMIT = 0.01                           # caching off vs no node

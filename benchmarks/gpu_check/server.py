@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from comfy_harness import ComfyServer
+from devkit.comfy_harness import ComfyServer
 from .cases import Scale
 
 

@@ -4,7 +4,7 @@ The GPU machine runs Python 3.12 with torch and many other packages preinstalled
 network. ``--prepare`` (here, with network) puts everything else the check needs into one
 git-ignored folder, ``.gpu-check/``, that travels with the repository: ComfyUI's source and the
 wheels of what ComfyUI and this pack need beyond the machine's packages. ``gpu-check`` (there)
-installs from that folder offline and runs ``benchmarks/gpu_check.py``. ``--smoke`` does all of
+installs from that folder offline and runs ``python -m benchmarks.gpu_check``. ``--smoke`` does all of
 it on this machine's CPU at a small size, in a fresh environment that holds only what the GPU
 machine holds (torch and the rest linked from ComfyUI's venv) plus the prepared wheels.
 
@@ -31,10 +31,9 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "devkit"))
-from comfy_harness import comfyui_python, find_comfyui  # noqa: E402  (stdlib only)
+from devkit.comfy_harness import comfyui_python, find_comfyui  # stdlib only
 
+REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / ".gpu-check"            # what travels to the GPU machine (git-ignored)
 CACHE = REPO / ".gpu-check-cache"       # downloaded and compressed wheels, kept between runs (git-ignored)
 SIZE_LIMIT = 48 * 2**20                 # the machine takes 64 MiB per call, the repository included
@@ -403,10 +402,10 @@ def run_check(folder: Path, work: Path | None, smoke: bool, extra: list[str]) ->
         print(f"Installed in {time.time() - started:.0f} s", flush=True)
         python_path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
         env = dict(os.environ, PYTHONPATH=python_path, COMFYUI_PATH=str(comfy), PYTHONUNBUFFERED="1")
-        command = [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--work", str(work),
-                   "--started", str(started), "--manifest", str(folder / "manifest.json"),
+        command = [sys.executable, "-m", "benchmarks.gpu_check", "--work", str(work.resolve()),
+                   "--started", str(started), "--manifest", str((folder / "manifest.json").resolve()),
                    *(["--smoke"] if smoke else []), *extra]
-        return subprocess.run(command, env=env).returncode
+        return subprocess.run(command, env=env, cwd=REPO).returncode
     finally:
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
@@ -455,10 +454,9 @@ def make_device_like_env(folder: Path, comfy_python: str) -> Path:
                           capture_output=True, text=True).stdout.strip()
     subprocess.run([base, "-m", "venv", "--without-pip", str(folder / "venv")], check=True)
     packages = folder / "device-packages"
-    code = (f"import sys; sys.path.insert(0, {str(REPO / 'benchmarks')!r}); from pathlib import Path; "
-            f"from gpu_check.setup import link_device_packages; "
+    code = (f"from pathlib import Path; from benchmarks.gpu_check.setup import link_device_packages; "
             f"link_device_packages(Path({str(packages)!r}), {list(CARRIED) + list(LEFT_OUT)!r})")
-    linked = json.loads(subprocess.run([comfy_python, "-c", code], check=True, capture_output=True,
+    linked = json.loads(subprocess.run([comfy_python, "-c", code], check=True, capture_output=True, cwd=REPO,
                                        text=True).stdout.strip().splitlines()[-1])
     beyond = sorted(set(linked) - DEVICE_PREINSTALLED)
     print(f"Fresh environment: {len(linked)} packages linked from ComfyUI's venv as the GPU machine has them"

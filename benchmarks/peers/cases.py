@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from speedup import Case, planned_calls  # also puts devkit/ on the path and loads the pack
-from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
-from projection import UNCACHED
-from projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
+from benchmarks.speedup import Case, planned_calls
+from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+from benchmarks.projection import UNCACHED
+from benchmarks.projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
 
 
 @dataclasses.dataclass(frozen=True)

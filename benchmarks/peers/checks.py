@@ -10,8 +10,8 @@ from __future__ import annotations
 from .cases import (CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_PRESETS, PEERS, SPECTRUM_PUBLISHED, UNCACHED,
                     is_forecast, is_node, is_node_default)
 from .compare import EQUAL_SPEED, against_fewer_steps, best_at_least_as_fast, euler_curve
-from spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,
-                    paired_ratios, show)
+from benchmarks.spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,
+                               paired_ratios, show)
 
 # Targets, checked on every full run: what the node's own machinery may cost and what a caching row
 # must return of the blocks it skips.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .cases import (EASYCACHE, EASYCACHE_IN_PLACE, FEWER_STEPS, LAZYCACHE, MULTISTEP_SAMPLERS, PEERS, REGIMES, UNCACHED,
                     is_node_default, multistep_method)
-from projection import GPU_CALL_S
+from benchmarks.projection import GPU_CALL_S
 
 PEER_STYLE = {EASYCACHE: dict(color="black", linestyle="--"), LAZYCACHE: dict(color="darkgoldenrod", linestyle="--")}
 # Fewer steps: euler a bold dotted line from the uncached point, the multistep samplers open markers.

@@ -14,8 +14,8 @@ from .cases import CACHING_OFF_FULL_TEXT, REGIMES, is_node_default  # first: its
 from .checks import target_checks
 from .compare import fewer_steps_lines, head_to_head, verdict_lines
 from .plot import plot
-import krea2_costs
-from projection import add_projection
+from benchmarks import krea2_costs
+from benchmarks.projection import add_projection
 
 from krea2_cachedit.adapters.record.strict_json import dumps as strict_json
 
@@ -43,7 +43,7 @@ def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | Non
     whose codec decoded every image."""
     import torch
 
-    from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+    from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
     version = re.search(r'__version__\s*=\s*"([^"]+)"', (comfy_root / "comfyui_version.py").read_text())
     builds = {PROXY_MODEL: proxy.checkpoint.parent.name, TURBO_PROXY_MODEL: turbo_proxy.checkpoint.parent.name}

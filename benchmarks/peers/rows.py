@@ -15,7 +15,7 @@ import math
 import statistics
 
 from .cases import UNCACHED, PeerCase  # first: its speedup import loads the pack
-from spread import paired_ratios, spread
+from benchmarks.spread import paired_ratios, spread
 
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse
 

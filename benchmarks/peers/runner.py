@@ -10,7 +10,7 @@ from __future__ import annotations
 from .cases import CACHING_OFF, CACHING_OFF_FULL_TEXT, UNCACHED, WARMUP_IMAGE, PeerCase
 from .rows import summarize
 from .sample import run_case
-from comfy_harness import ComfyServer
+from devkit.comfy_harness import ComfyServer
 
 # The node's own cost is a margin of 1%: no single repeat shows it on a CPU whose runs vary by a few
 # percent, but the median of many tightly interleaved pairs does (spread.median_interval).

@@ -10,9 +10,9 @@ import dataclasses
 import math
 import re
 
-from speedup import run_prompt  # also puts devkit/ on the path and loads the pack
-from comfy_harness import ComfyServer
-from krea2_prompts import proxy_prompt, with_forecast
+from benchmarks.speedup import run_prompt
+from devkit.comfy_harness import ComfyServer
+from devkit.krea2_prompts import proxy_prompt, with_forecast
 from .cases import PeerCase
 
 PEER_NODE = "20"  # the EasyCache / LazyCache node, between the loader and the KSampler

@@ -408,7 +408,7 @@ class Krea2TestProxyDecode:
         path = Path(codec_path) if codec_path else proxy.cache_dir() / proxy.CODEC_NAME
         if not path.is_file():
             raise FileNotFoundError(f"Krea2TestProxyDecode: no proxy codec at {path}; build the proxy first "
-                                    f"(python3 dev.py test does, or: python devkit/krea2_proxy.py build)")
+                                    f"(python3 dev.py test does, or: python -m devkit.krea2_proxy build)")
         images = proxy.PatchCodec.load(path).decode_comfy(samples["samples"])
         return (images.permute(0, 2, 3, 1).contiguous(),)
 

@@ -7,11 +7,9 @@ import sys
 from dataclasses import astuple
 
 import pytest
-from comfy_harness import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from spread import (Spread, above_ideal, at_least, caching_efficiency, interval_at_least, keep_repeating,  # noqa: E402
-                    median_interval, paired_ratios, show, spread, within)
+from benchmarks.spread import (Spread, above_ideal, at_least, caching_efficiency, interval_at_least, keep_repeating,
+                               median_interval, paired_ratios, show, spread, within)
 
 
 def test_per_repeat_ratios_cancel_drift_that_hits_both_cases():
@@ -78,7 +76,7 @@ def test_a_row_faster_than_its_ideal_beyond_the_noise_is_a_measurement_problem()
 
 
 def test_the_demo_checks_print_verdicts_only_where_the_spread_supports_them():
-    speedup = pytest.importorskip("speedup")
+    speedup = pytest.importorskip("benchmarks.speedup")
     rows = [{"case": "noisy", "ideal": 1.5, "efficiency_spread": Spread(0.92, 0.86, 0.98),
              "estimate_spread": Spread(-0.229, -0.30, -0.10)},
             {"case": "too fast", "ideal": 1.5, "efficiency_spread": Spread(1.5, 1.3, 1.6), "estimate_spread": None},
@@ -101,7 +99,7 @@ def test_a_caching_row_is_judged_against_the_graph_with_caching_off():
 
 
 def test_a_first_demo_without_the_proxy_shows_the_random_table_before_the_build():
-    speedup = pytest.importorskip("speedup")
+    speedup = pytest.importorskip("benchmarks.speedup")
     args = speedup.argparse.Namespace(model=None, random=False)
     assert speedup.demo_models(args, comfy_found=True, proxy_built=False) == ["random", "proxy"]
     assert speedup.demo_models(args, comfy_found=True, proxy_built=True) == ["proxy"]
@@ -112,7 +110,7 @@ def test_a_first_demo_without_the_proxy_shows_the_random_table_before_the_build(
 
 def test_the_demo_samples_on_one_cpu_thread_and_its_comfyui_server_inherits_it(monkeypatch):
     """Two threads of one sampling wait on each other when another job holds a core of a 2-core machine."""
-    speedup = pytest.importorskip("speedup")
+    speedup = pytest.importorskip("benchmarks.speedup")
     import subprocess
 
     import torch

@@ -6,16 +6,13 @@ trained proxy)."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 import pytest
-from comfy_harness import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import speedup  # noqa: E402
-from speedup import Case, fewer_steps_lines, planned_calls  # noqa: E402
+from benchmarks import speedup
+from benchmarks.speedup import Case, fewer_steps_lines, planned_calls
 
-from krea2_cachedit.adapters.image_compare import mae_255_and_mse  # noqa: E402
+from krea2_cachedit.adapters.image_compare import mae_255_and_mse
 
 proxy_tier = pytest.mark.tier("proxy")
 
@@ -44,7 +41,7 @@ def test_the_demo_runs_euler_at_the_calls_of_its_masks_and_presets():
 
 def test_the_demo_samples_8_steps_on_the_turbo_proxy_and_52_on_the_trained_one():
     """Every 8-step row, fewer steps included (set against the 8-step uncached image), on the Turbo proxy."""
-    from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+    from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
     models = {c.name: c.model for c in speedup.proxy_cases()}
     for name, model in models.items():
@@ -72,7 +69,7 @@ def test_a_cached_row_is_set_beside_euler_at_as_many_calls():
 
 @proxy_tier
 def test_the_demo_measures_fewer_steps_against_the_uncached_image(proxy_server, proxy):
-    from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+    from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
     cases = [c for c in speedup.proxy_cases()
              if c.name in ("uncached", "caching off", "forecast turbo_5_of_8", "fewer steps: euler 5")]

@@ -3,18 +3,15 @@ forecast is known: zero where the node's fit represents the path exactly, above 
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 import torch
-from comfy_harness import REPO_ROOT
 
 from krea2_cachedit.adapters.forecast.feature_forecast import Forecaster
 from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import forecast_error  # noqa: E402
+from benchmarks import forecast_error
 
 A, B, C = (torch.randn(2, 9, 6, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
            for seed in (1, 2, 3))
@@ -75,8 +72,8 @@ def test_the_open_loop_reads_what_each_settings_target_forecasts():
 
 def test_each_regime_samples_the_peer_benchmarks_model():
     """The same regimes as the peer benchmark's, each on the same model (8 steps: the Turbo proxy)."""
-    from krea2_prompts import TURBO_PROXY_MODEL
-    from peers.cases import REGIMES as PEER_REGIMES
+    from devkit.krea2_prompts import TURBO_PROXY_MODEL
+    from benchmarks.peers.cases import REGIMES as PEER_REGIMES
 
     assert forecast_error.REGIMES == {name: (r.steps, r.cfg, r.model) for name, r in PEER_REGIMES.items()}
     assert forecast_error.REGIMES["turbo"][2] == TURBO_PROXY_MODEL

@@ -17,19 +17,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from comfy_harness import REPO_ROOT, comfyui_python
+from devkit.comfy_harness import REPO_ROOT, comfyui_python
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from gpu_check import budget as gpu_check_budget  # noqa: E402
-from gpu_check import cases as gpu_check_cases  # noqa: E402
-from gpu_check import phases as gpu_check_phases  # noqa: E402
-from gpu_check import rows as gpu_check_rows  # noqa: E402
-from gpu_check import setup as gpu_check_setup  # noqa: E402
-from gpu_check import table as gpu_check_table  # noqa: E402
-from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings  # noqa: E402
-from krea2_synthetic import (  # noqa: E402
+from benchmarks.gpu_check import budget as gpu_check_budget
+from benchmarks.gpu_check import cases as gpu_check_cases
+from benchmarks.gpu_check import phases as gpu_check_phases
+from benchmarks.gpu_check import rows as gpu_check_rows
+from benchmarks.gpu_check import setup as gpu_check_setup
+from benchmarks.gpu_check import table as gpu_check_table
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings
+from devkit.krea2_synthetic import (
     FULL_SIZE, Krea2Shape, native_shapes, native_state_dict, write_native_checkpoint)
-from speedup import Case  # noqa: E402
+from benchmarks.speedup import Case
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -168,10 +167,9 @@ def test_every_comfyui_requirement_is_carried_preinstalled_or_left_out(comfy_roo
         gpu_check_setup.check_requirements_decided(tmp_path)
 
 
-def test_the_entry_runs_by_path_beside_its_package():
-    # benchmarks/gpu_check.py and the package benchmarks/gpu_check/ share a name: run by path (as
-    # gpu_check.setup runs it after the install), the script is __main__ and imports its parts from the package.
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_check.py"), "--help"],
+def test_the_entry_runs_as_a_module():
+    # As gpu_check.setup runs it after the install: python -m from the repository root.
+    result = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", "--help"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--smoke" in result.stdout and "--manifest" in result.stdout

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-from comfy_harness import REPO_ROOT, comfyui_python
-from krea2_synthetic import save_native_checkpoint
+from devkit.comfy_harness import REPO_ROOT, comfyui_python
+from devkit.krea2_synthetic import save_native_checkpoint
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-import host_time  # noqa: E402
+from benchmarks import host_time
 
 
 class Plain:
@@ -43,9 +41,9 @@ def test_the_shares_spread_the_per_run_parts_over_the_calls():
 def test_every_part_of_a_real_run_is_timed(comfy_root, tiny_shape, tmp_path):
     checkpoint = save_native_checkpoint(tmp_path / "krea2_tiny.safetensors", tiny_shape, seed=0)
     out = tmp_path / "host_time.json"
-    subprocess.run([comfyui_python(comfy_root), str(REPO_ROOT / "benchmarks" / "host_time.py"), "--checkpoint",
+    subprocess.run([comfyui_python(comfy_root), "-m", "benchmarks.host_time", "--checkpoint",
                     checkpoint, "--steps", "3", "--cfg", "1", "--runs", "2", "--json", str(out)],
-                   check=True, timeout=600, env={**os.environ, "COMFYUI_PATH": str(comfy_root)})
+                   check=True, timeout=600, cwd=REPO_ROOT, env={**os.environ, "COMFYUI_PATH": str(comfy_root)})
     results = json.loads(out.read_text())
     assert [(r["setting"], r["steps"], r["calls_per_run"]) for r in results] == [
         ("caching off", 3, 3), ("defaults", 3, 3)]

@@ -11,35 +11,32 @@ The figures themselves are the benchmark's to report (docs/benchmarks.md, "Again
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
 import sys
 
 import pytest
-from comfy_harness import REPO_ROOT, strict_loads
+from devkit.comfy_harness import REPO_ROOT, strict_loads
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from peers import cases as peers_cases  # noqa: E402
-from peers import checks as peers_checks  # noqa: E402
-from peers import compare as peers_compare  # noqa: E402
-from peers import report as peers_report  # noqa: E402
-from peers import runner as peers_runner  # noqa: E402
-from peers import sample as peers_sample  # noqa: E402
-import spread  # noqa: E402
-from speedup import planned_calls  # noqa: E402
+from benchmarks.peers import cases as peers_cases
+from benchmarks.peers import checks as peers_checks
+from benchmarks.peers import compare as peers_compare
+from benchmarks.peers import report as peers_report
+from benchmarks.peers import runner as peers_runner
+from benchmarks.peers import sample as peers_sample
+from benchmarks import spread
+from benchmarks.speedup import planned_calls
 
-from krea2_cachedit.adapters.image_compare import mae_255_and_mse  # noqa: E402
+from krea2_cachedit.adapters.image_compare import mae_255_and_mse
 
 proxy_tier = pytest.mark.tier("proxy")
 HIGH = 1.2  # a reuse_threshold at which both peers skip steps on the proxy
 
 
-def test_the_entry_runs_by_path_beside_its_package():
-    # benchmarks/peers.py and the package benchmarks/peers/ share a name: run by path, the script
-    # is __main__ and imports its parts from the package (the documented command, unchanged).
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "peers.py"), "--help"],
+def test_the_entry_runs_as_a_module():
+    # The documented command: python -m from the repository root.
+    result = subprocess.run([sys.executable, "-m", "benchmarks.peers", "--help"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--quick" in result.stdout and "--replot" in result.stdout
@@ -263,15 +260,14 @@ def test_fewer_steps_run_at_every_call_count_the_node_fixes_and_across_the_thres
 
 
 def peers_entry():
-    """benchmarks/peers.py itself (its name is the package's: loaded from its path)."""
-    spec = importlib.util.spec_from_file_location("peers_entry", REPO_ROOT / "benchmarks" / "peers.py")
-    entry = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(entry)
+    """The benchmark's entry, ``benchmarks/peers/__main__.py``, imported (not run)."""
+    from benchmarks.peers import __main__ as entry
+
     return entry
 
 
 def test_each_regime_names_the_model_it_samples(tmp_path):
-    from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+    from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
     assert {name: regime.model for name, regime in peers_cases.REGIMES.items()} == \
         {"turbo": TURBO_PROXY_MODEL, "raw": PROXY_MODEL}

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 
 import pytest
-from comfy_harness import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from krea2_costs import CallCosts  # noqa: E402
-from projection import OFF_FULL_TEXT, UNCACHED, add_projection, projected_seconds  # noqa: E402
+from benchmarks.krea2_costs import CallCosts
+from benchmarks.projection import OFF_FULL_TEXT, UNCACHED, add_projection, projected_seconds
 
 # A Krea-2 call: 28 blocks of 1 s, text path 6 s, the rest 2 s: 36 s.
 COSTS = CallCosts(block=1.0, text=6.0, rest=2.0)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from comfy_harness import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-revisions = pytest.importorskip("revisions")
+revisions = pytest.importorskip("benchmarks.revisions")
 
 
 def test_the_report_pairs_each_repeat_and_each_checkout_with_its_own_plain_graph():

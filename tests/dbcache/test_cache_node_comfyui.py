@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
-from comfy_harness import prompt_error, strict_loads
+from devkit.comfy_harness import prompt_error, strict_loads
 from helpers import FAST, FAST_8_CACHED, run_ok
-from krea2_prompts import krea2_prompt
+from devkit.krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 

@@ -22,7 +22,7 @@ from krea2_cachedit.adapters.dbcache.cache_run import CacheRun
 from krea2_cachedit.adapters.sampling.observation import Call
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, DBCachePlan, plan_run
 from krea2_cachedit.adapters.sampling.step_clock import StepClock
-from krea2_synthetic import diffusers_transformer
+from devkit.krea2_synthetic import diffusers_transformer
 
 
 def test_one_call_per_step_caches_the_masked_steps(transformer):

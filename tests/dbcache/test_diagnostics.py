@@ -19,7 +19,7 @@ from krea2_cachedit.adapters.dbcache.decision_rules import DecisionRules
 from krea2_cachedit.adapters.dbcache.residual_trace import StreamTrace
 from krea2_cachedit.adapters.dbcache.threshold_advisor import pair_changes, threshold_intervals
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings
-from krea2_synthetic import diffusers_transformer
+from devkit.krea2_synthetic import diffusers_transformer
 
 
 def replay_of(run) -> set[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from krea2_prompts import CACHE_NODE_DEFAULTS, krea2_prompt
+from devkit.krea2_prompts import CACHE_NODE_DEFAULTS, krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from browser_harness import ARTIFACTS, BROWSER_DIR, quiet_first_run
-from comfy_harness import STATS_ROUTE, ComfyServer
-from krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
+from devkit.comfy_harness import STATS_ROUTE, ComfyServer
+from devkit.krea2_prompts import CACHE_NODE_DEFAULTS, TINY_CONTEXT_FEATURES, TINY_MODEL
 
 pytestmark = pytest.mark.tier("browser")
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 import helpers
-from comfy_harness import prompt_error
+from devkit.comfy_harness import prompt_error
 from compare_prompts import compare_prompt, saved_pngs
 
 pytestmark = pytest.mark.comfyui

@@ -26,14 +26,14 @@ import math
 from pathlib import Path
 
 import pytest
-from comfy_harness import PACK_DIR_NAME
-from editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
-from comfy_models import FAMILY_MODELS
+from devkit.comfy_harness import PACK_DIR_NAME
+from devkit.editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
+from devkit.comfy_models import FAMILY_MODELS
 from example_stand_ins import (TEST_SIZE, decoded_by, example_prompt, run_example_nodes, saved_images, saved_rgb,
                                write_stand_in_checkpoint, write_tiny_vae)
-from example_templates import FAMILY_TEMPLATES, KREA2_BLOCKS, TEXT_ENCODER_LOADERS, FamilyTemplate, fewer_steps
-from family_prompts import FAMILIES
-from krea2_prompts import TINY_MODEL
+from devkit.example_templates import FAMILY_TEMPLATES, KREA2_BLOCKS, TEXT_ENCODER_LOADERS, FamilyTemplate, fewer_steps
+from devkit.family_prompts import FAMILIES
+from devkit.krea2_prompts import TINY_MODEL
 
 pytestmark = pytest.mark.comfyui
 

@@ -17,9 +17,9 @@ import json
 import pytest
 import torch
 
-from comfy_harness import prompt_error
-from comfy_models import FAMILY_MODELS
-from family_prompts import FAMILIES, SHARED, family_prompt
+from devkit.comfy_harness import prompt_error
+from devkit.comfy_models import FAMILY_MODELS
+from devkit.family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF, check_left_to_easycache, check_threshold_caching, run_ok
 
 pytestmark = pytest.mark.comfyui

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from family_prompts import family_prompt
+from devkit.family_prompts import family_prompt
 from helpers import EASYCACHE, FAST, FAST_8_CACHED, OFF, insert_after_loader, latent_and_record
-from krea2_prompts import with_lora
+from devkit.krea2_prompts import with_lora
 
 pytestmark = pytest.mark.comfyui
 

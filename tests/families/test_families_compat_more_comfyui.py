@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_models import FAMILY_MODELS
-from family_prompts import FAMILIES, family_prompt
+from devkit.comfy_models import FAMILY_MODELS
+from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF, check_one_stream_per_device, write_native_lora
-from krea2_prompts import with_lora
+from devkit.krea2_prompts import with_lora
 from test_families_compat_comfyui import insert_after_loader, run
 
 pytestmark = pytest.mark.comfyui

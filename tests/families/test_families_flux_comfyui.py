@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_models import FAMILY_MODELS
-from family_prompts import family_prompt
+from devkit.comfy_models import FAMILY_MODELS
+from devkit.family_prompts import family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record, run_ok
 from test_families_compat_comfyui import insert_after_loader
 

@@ -16,13 +16,11 @@ pytestmark = pytest.mark.comfyui
 
 _LTX2_SCRIPT = """
 import sys
-devkit = sys.argv[-1]
 sys.argv = ["ltx2_resolved", "--cpu"]
 import comfy.options
 comfy.options.enable_args_parsing()
 import comfy.cli_args, comfy.ops
-sys.path.insert(0, devkit)
-from comfy_harness import load_pack
+from devkit.comfy_harness import load_pack
 load_pack()
 from comfy.ldm.lightricks.av_model import LTXAVModel
 from krea2_cachedit.adapters.families.registry import resolve
@@ -35,12 +33,10 @@ def test_ltx_2_a_subclass_with_a_loop_of_its_own_is_its_own_family_not_ltxvs(com
     (``stg_self_attn_blocks``): ComfyUI's own ``LTXAVModel``, built on the meta device, resolves to the LTX-2
     entry (tests/families/test_families_ltx2_comfyui.py), never to LTXV's, whose loop hands blocks one tensor."""
     import subprocess
-    from pathlib import Path
 
-    from comfy_harness import comfyui_python
+    from devkit.comfy_harness import comfyui_python, repo_env
 
-    devkit = str(Path(__file__).resolve().parents[2] / "devkit")
-    done = subprocess.run([comfyui_python(comfy_root), "-c", _LTX2_SCRIPT, devkit], cwd=comfy_root,
+    done = subprocess.run([comfyui_python(comfy_root), "-c", _LTX2_SCRIPT], cwd=comfy_root, env=repo_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "LTX-2 (ComfyUI native)", done.stdout

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_harness import prompt_error
-from family_prompts import FAMILIES, family_prompt
+from devkit.comfy_harness import prompt_error
+from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF
 from test_sampling_comfyui import check_attribution
 

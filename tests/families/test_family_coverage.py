@@ -15,7 +15,7 @@ from pathlib import Path
 
 import family_harness
 from family_harness import HARNESSES
-from family_prompts import FAMILIES
+from devkit.family_prompts import FAMILIES
 from krea2_cachedit.adapters.families.registry import SUPPORTED
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,9 +22,9 @@ import pytest
 import torch
 
 from family_harness import with_separate_av
-from family_prompts import family_prompt
+from devkit.family_prompts import family_prompt
 from helpers import FAST, FAST_8_CACHED, insert_after_loader, outputs_and_record
-from krea2_prompts import with_forecast
+from devkit.krea2_prompts import with_forecast
 
 pytestmark = pytest.mark.comfyui
 

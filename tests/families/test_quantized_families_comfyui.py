@@ -37,9 +37,9 @@ import typing
 import pytest
 import torch
 
-from comfy_harness import ComfyServer, third_party_pack
+from devkit.comfy_harness import ComfyServer, third_party_pack
 from family_harness import with_av_latent, with_ltxv_conditioning, with_separate_av
-from family_prompts import FAMILIES, family_prompt
+from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, OFF, prompt_error
 from krea2_gguf_files import write_krea2_gguf
 
@@ -160,7 +160,7 @@ def family_files(request, comfy_root, tmp_path_factory, quant_server):
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    from comfy_models import fp8_scaled_state_dict
+    from devkit.comfy_models import fp8_scaled_state_dict
 
     done = {}
 
@@ -169,7 +169,7 @@ def family_files(request, comfy_root, tmp_path_factory, quant_server):
             return done[family]
         quant = QUANTIZED[family]
         if quant.server is None:
-            from comfy_models import make_family_checkpoint
+            from devkit.comfy_models import make_family_checkpoint
             from conftest import family_checkpoint_seed
 
             source = tmp_path_factory.mktemp(f"{family}_checkpoint") / FAMILIES[family].model

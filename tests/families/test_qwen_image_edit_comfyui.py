@@ -19,9 +19,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from family_prompts import FAMILIES, family_prompt
+from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, OFF, latent_and_record
-from krea2_prompts import with_forecast
+from devkit.krea2_prompts import with_forecast
 from test_forecast_comfyui import check_forecast
 
 pytestmark = pytest.mark.comfyui

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_harness import prompt_error
-from comfy_models import FAMILY_MODELS
-from family_prompts import FAMILIES, SHARED, family_prompt
+from devkit.comfy_harness import prompt_error
+from devkit.comfy_models import FAMILY_MODELS
+from devkit.family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, run_ok
-from krea2_prompts import krea2_prompt, with_forecast, with_lora
+from devkit.krea2_prompts import krea2_prompt, with_forecast, with_lora
 
 from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
 
@@ -131,7 +131,7 @@ LORA = "krea2_forecast_lora.safetensors"
 def lora(comfy_server, tiny_shape):
     from safetensors.torch import save_file
 
-    from comfy_models import make_lora
+    from devkit.comfy_models import make_lora
 
     save_file(make_lora(tiny_shape, native_names=True), str(comfy_server.base_dir / "models" / "loras" / LORA))
     return LORA

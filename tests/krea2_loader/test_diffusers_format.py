@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from krea2_cachedit.adapters.krea2_loader import krea2_checkpoint as kc
 from krea2_cachedit.adapters.krea2_loader import krea2_diffusers as kd
 from krea2_cachedit.adapters.krea2_loader import krea2_listing as kl
-from krea2_synthetic import Krea2Shape, diffusers_transformer, native_state_dict
+from devkit.krea2_synthetic import Krea2Shape, diffusers_transformer, native_state_dict
 
 # Not the default shape: every derived config field differs from diffusers' defaults and the tiny default.
 ODD_SHAPE = Krea2Shape(features=384, layers=3, heads=3, kvheads=1, txtdim=60, txtlayers=2)

@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfy_models import make_lora
+from devkit.comfy_models import make_lora
 from helpers import FAST, FAST_8_CACHED, OFF
 from krea2_gguf_files import dequantized_state_dict, write_krea2_gguf
-from krea2_prompts import TINY_MODEL, krea2_prompt
+from devkit.krea2_prompts import TINY_MODEL, krea2_prompt
 from loader_prompts import LOADER_NODE, load_error, loader, relative_error, sample
-from krea2_synthetic import native_state_dict
+from devkit.krea2_synthetic import native_state_dict
 
 pytestmark = pytest.mark.comfyui
 
@@ -155,11 +155,10 @@ def test_truncated_gguf_is_refused(comfy_server, models):
 
 OFFLOAD_SCRIPT = r"""
 import json, sys, torch
-sys.path[:0] = [{comfy_root!r}, {tests_dir!r}]
 import comfy.options
 comfy.options.enable_args_parsing()
 sys.argv = ["offload", "--cpu"]
-from conftest import load_pack
+from devkit.comfy_harness import load_pack
 load_pack()
 import comfy.sd, comfy.utils
 from krea2_cachedit.nodes.diffusers_model import load_krea2_diffusers
@@ -201,15 +200,12 @@ print(json.dumps(report))
 def test_lora_survives_offloading_and_partial_unloads(comfy_root, comfy_server, models):
     """ComfyUI moves layers between full and partial loading on a GPU; the LoRA must apply exactly once."""
     import subprocess
-    from pathlib import Path
 
-    from comfy_harness import comfyui_python
+    from devkit.comfy_harness import comfyui_python, repo_env
 
-    tests_dir = Path(__file__).resolve().parents[1]   # the scripts import conftest, which puts the rest on the path
-    script = OFFLOAD_SCRIPT.format(comfy_root=str(comfy_root), tests_dir=str(tests_dir),
-                                   path=str(models / "diffusion_models" / gguf_name("Q8_0")),
+    script = OFFLOAD_SCRIPT.format(path=str(models / "diffusion_models" / gguf_name("Q8_0")),
                                    lora=str(models / "loras" / LORA))
-    run = subprocess.run([comfyui_python(comfy_root), "-c", script], cwd=comfy_root,
+    run = subprocess.run([comfyui_python(comfy_root), "-c", script], cwd=comfy_root, env=repo_env(),
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     import json

@@ -16,7 +16,7 @@ from krea2_cachedit.adapters.krea2_loader import krea2_diffusers as kd
 from krea2_cachedit.adapters.krea2_loader import krea2_gguf as kg
 from krea2_cachedit.adapters.krea2_loader import krea2_listing as kl
 from krea2_gguf_files import dequantized_state_dict, write_krea2_gguf
-from krea2_synthetic import Krea2Shape, native_state_dict
+from devkit.krea2_synthetic import Krea2Shape, native_state_dict
 
 SHAPE = Krea2Shape()  # rows of 256 and 768: every block and K-quant type applies
 SEED = 3

@@ -8,20 +8,17 @@ through LoraLoaderModelOnly on both paths. Bad inputs must fail with one clear e
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from comfy_models import make_lora
-from krea2_prompts import TINY_MODEL, krea2_prompt
+from devkit.comfy_models import make_lora
+from devkit.krea2_prompts import TINY_MODEL, krea2_prompt
 from loader_prompts import LOADER_NODE, load_error, loader, relative_error, sample
-from krea2_synthetic import diffusers_transformer, native_state_dict
+from devkit.krea2_synthetic import diffusers_transformer, native_state_dict
 
 pytestmark = pytest.mark.comfyui
-
-TESTS_DIR = Path(__file__).resolve().parents[1]   # the placement script imports conftest, which puts the rest on the path
 
 TINY_SEED = 0  # the seed conftest's krea2_tiny.safetensors was generated with
 EQUIVALENCE_TOLERANCE = 1e-4
@@ -167,11 +164,10 @@ def test_unknown_name_fails_validation(comfy_server, models):
 
 PLACEMENT_SCRIPT = r"""
 import json, sys, torch
-sys.path[:0] = [{comfy_root!r}, {tests_dir!r}]
 import comfy.options
 comfy.options.enable_args_parsing()
 sys.argv = ["placement", "--cpu"]
-from conftest import load_pack
+from devkit.comfy_harness import load_pack
 load_pack()
 from krea2_cachedit.nodes.diffusers_model import load_krea2_diffusers
 
@@ -194,11 +190,10 @@ def test_model_management_places_every_weight(comfy_root, comfy_server, models):
     """A weight left on the offload device must be one that ComfyUI casts at use time, or GPU runs fail."""
     import subprocess
 
-    from comfy_harness import comfyui_python
+    from devkit.comfy_harness import comfyui_python, repo_env
 
-    script = PLACEMENT_SCRIPT.format(comfy_root=str(comfy_root), tests_dir=str(TESTS_DIR),
-                                     path=str(models / "diffusion_models" / DIFFUSERS_FILE))
-    run = subprocess.run([comfyui_python(comfy_root), "-c", script], cwd=comfy_root,
+    script = PLACEMENT_SCRIPT.format(path=str(models / "diffusion_models" / DIFFUSERS_FILE))
+    run = subprocess.run([comfyui_python(comfy_root), "-c", script], cwd=comfy_root, env=repo_env(),
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])

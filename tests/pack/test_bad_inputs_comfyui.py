@@ -15,9 +15,9 @@ import urllib.request
 
 import pytest
 
-from comfy_harness import PACK_DIR_NAME, strict_loads
+from devkit.comfy_harness import PACK_DIR_NAME, strict_loads
 from helpers import FAST, FAST_8_CACHED
-from krea2_prompts import TINY_MODEL, krea2_prompt
+from devkit.krea2_prompts import TINY_MODEL, krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 

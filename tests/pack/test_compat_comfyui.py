@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record as run
-from krea2_prompts import krea2_prompt, with_lora
+from devkit.krea2_prompts import krea2_prompt, with_lora
 
 pytestmark = pytest.mark.comfyui
 
@@ -82,7 +82,7 @@ LORA = "krea2_compat_lora.safetensors"
 def lora(comfy_server, tiny_shape):
     from safetensors.torch import save_file
 
-    from comfy_models import make_lora
+    from devkit.comfy_models import make_lora
 
     save_file(make_lora(tiny_shape, native_names=True), str(comfy_server.base_dir / "models" / "loras" / LORA))
     return LORA
@@ -132,8 +132,8 @@ FP8_SCALED = "krea2_tiny_fp8_scaled.safetensors"
 def fp8_scaled(comfy_server, tiny_shape):
     from safetensors.torch import save_file
 
-    from comfy_models import fp8_scaled_state_dict
-    from krea2_synthetic import native_state_dict
+    from devkit.comfy_models import fp8_scaled_state_dict
+    from devkit.krea2_synthetic import native_state_dict
 
     save_file(fp8_scaled_state_dict(native_state_dict(tiny_shape, seed=0)),
               str(comfy_server.base_dir / "models" / "diffusion_models" / FP8_SCALED))

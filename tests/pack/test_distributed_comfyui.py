@@ -22,10 +22,10 @@ import pytest
 import torch
 from PIL import Image
 
-from comfy_harness import ComfyServer, prompt_error, third_party_pack
+from devkit.comfy_harness import ComfyServer, prompt_error, third_party_pack
 from helpers import FAST, FAST_8_CACHED, OFF, run_ok
-from krea2_prompts import TINY_MODEL, krea2_prompt
-from krea2_synthetic import save_native_checkpoint
+from devkit.krea2_prompts import TINY_MODEL, krea2_prompt
+from devkit.krea2_synthetic import save_native_checkpoint
 
 pytestmark = [pytest.mark.comfyui, pytest.mark.tier("comfyui")]
 

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 import pytest
-from comfy_harness import ComfyServer, comfyui_python, free_port, stop_process
+from devkit.comfy_harness import ComfyServer, comfyui_python, free_port, stop_process
 from example_stand_ins import TINY_VAES, example_prompt, run_example, write_tiny_vae
-from krea2_prompts import TINY_MODEL
+from devkit.krea2_prompts import TINY_MODEL
 
 pytestmark = pytest.mark.comfyui
 
@@ -230,7 +230,7 @@ def installed(comfy_root, manager_version, git_server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def manager_server(comfy_root, installed, tiny_shape):
     """ComfyUI with --enable-manager on the private base directory cm-cli installed into."""
-    from krea2_synthetic import save_native_checkpoint
+    from devkit.krea2_synthetic import save_native_checkpoint
 
     result = installed["result"]
     if result.returncode != 0 or not installed["pack_dir"].is_dir():

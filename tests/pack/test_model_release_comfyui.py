@@ -26,14 +26,14 @@ import urllib.parse
 import pytest
 from safetensors.torch import save_file
 
-from comfy_harness import WATCH_ROUTE, prompt_error
-from comfy_models import make_lora
+from devkit.comfy_harness import WATCH_ROUTE, prompt_error
+from devkit.comfy_models import make_lora
 from family_harness import with_av_latent, with_ltxv_conditioning, with_separate_av
-from family_prompts import FAMILIES, SHARED, family_prompt
+from devkit.family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import OFF
 from krea2_gguf_files import write_krea2_gguf
-from krea2_prompts import TINY_MODEL, with_forecast, with_lora
-from krea2_synthetic import native_state_dict
+from devkit.krea2_prompts import TINY_MODEL, with_forecast, with_lora
+from devkit.krea2_synthetic import native_state_dict
 
 pytestmark = pytest.mark.comfyui
 

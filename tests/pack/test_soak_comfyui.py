@@ -8,14 +8,11 @@ about 9 MB of tensors per load, and the plan loads Krea-2 again more than ten ti
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import soak  # noqa: E402
+from benchmarks import soak
 
 PROMPTS = 60
 

@@ -17,8 +17,8 @@ import math
 
 import pytest
 import torch
-from comfy_harness import REPO_ROOT, prompt_error
-from krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, TURBO_PROXY_MODEL, proxy_prompt
+from devkit.comfy_harness import REPO_ROOT, prompt_error
+from devkit.krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, TURBO_PROXY_MODEL, proxy_prompt
 
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse
 
@@ -60,7 +60,7 @@ def on_random_weights(recipe: dict) -> dict:
 def test_both_proxies_are_native_krea2_checkpoints(proxy, turbo_proxy):
     from safetensors import safe_open
 
-    from krea2_synthetic import Krea2Shape, native_shapes
+    from devkit.krea2_synthetic import Krea2Shape, native_shapes
 
     for built in (proxy, turbo_proxy):
         with safe_open(str(built.checkpoint), "pt") as checkpoint:
@@ -93,7 +93,7 @@ def share(hits: torch.Tensor) -> float:
 
 
 def test_the_classifier_reads_the_data_set():
-    from krea2_proxy import dataset
+    from devkit.krea2_proxy import dataset
     from krea2_proxy_classifier import fitted_classifier
 
     images, labels = dataset(64, seed=99)
@@ -106,7 +106,7 @@ def test_the_classifier_reads_noisy_decodes_of_the_data_set(proxy):
     every shape plain to the eye), still read as their class: at most one of 128 read as another.
     The noise's stray saturated pixels widen the object's box: measured without the mask's smoothing,
     opening and largest part 28% are misread, with all but the largest part 2 of 128."""
-    from krea2_proxy import dataset
+    from devkit.krea2_proxy import dataset
     from krea2_proxy_classifier import fitted_classifier
 
     images, labels = dataset(128, seed=98)
@@ -289,9 +289,8 @@ def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
     import json
 
     import numpy as np
-    from example_stand_ins import example_prompt_on_proxy, saved_images
-    from krea2_prompts import PROXY_SIZE
-    from test_example_workflows import compare_branches, sampled_by
+    from example_stand_ins import compare_branches, example_prompt_on_proxy, sampled_by, saved_images
+    from devkit.krea2_prompts import PROXY_SIZE
 
     workflow = json.loads((REPO_ROOT / "example_workflows" / "krea2_turbo_compare.json").read_text())
     prompt = example_prompt_on_proxy(workflow, proxy_server.get("/object_info"), label=5, prefix="proxy_compare",
@@ -320,7 +319,7 @@ def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
 CONTENT_CASES = [(0, 0), (4, 0), (2, 0), (0, 1)]
 # Measured along ComfyUI's 8-step schedule: step-by-step changes of two runs differ by 3.5-9.2% of their
 # mean on the trained proxy, 4.2-10.9% on the Turbo proxy. (The split of each change into the latent's and
-# the timestep's part is a measured figure, not a requirement: ``python
+# the timestep's part is a measured figure, not a requirement: ``PYTHONPATH=. python
 # tests/support/krea2_proxy_residuals.py --cases 0:0,4:0 [--proxy turbo]`` prints it.)
 CONTENT_SPREAD = 0.02
 
@@ -333,12 +332,12 @@ def residual_parts(request, comfy_root, proxy, turbo_proxy):
     import json
     import subprocess
 
-    from comfy_harness import comfyui_python
+    from devkit.comfy_harness import comfyui_python, repo_env
     from krea2_proxy_residuals import HERE
 
     cases = ",".join(f"{label}:{seed}" for label, seed in CONTENT_CASES)
     done = subprocess.run([comfyui_python(comfy_root), str(HERE), "--comfyui", str(comfy_root), "--cases", cases,
-                           "--proxy", request.param], capture_output=True, text=True, check=True)
+                           "--proxy", request.param], env=repo_env(), capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

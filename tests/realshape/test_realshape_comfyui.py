@@ -15,14 +15,11 @@ its prompt and its server (``devkit/realshape.py``) are what the memory benchmar
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
-from comfy_harness import REPO_ROOT
-from realshape import (FN_RESIDUAL_VALUES, REALSHAPE, REALSHAPE_MODEL, REALSHAPE_SIZE, REALSHAPE_TOKENS,
-                       realshape_prompt, start_realshape_server)
+from devkit.realshape import (FN_RESIDUAL_VALUES, REALSHAPE, REALSHAPE_MODEL, REALSHAPE_SIZE, REALSHAPE_TOKENS,
+                              realshape_prompt, start_realshape_server)
 
 pytestmark = pytest.mark.tier("realshape")
 
@@ -72,10 +69,9 @@ def test_a_threshold_just_above_the_change_caches_step_1_at_real_size(realshape_
 
 
 def test_the_gpu_checks_prompt_and_report_run_at_real_size(realshape_server):
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    from gpu_check import cases as gpu_check_cases
-    from gpu_check import rows as gpu_check_rows
-    from speedup import Case, case_prompt, run_prompt
+    from benchmarks.gpu_check import cases as gpu_check_cases
+    from benchmarks.gpu_check import rows as gpu_check_rows
+    from benchmarks.speedup import Case, case_prompt, run_prompt
 
     case = Case("turbo defaults", 1, 1.0, gpu_check_cases.VARIANTS["defaults"])
     prompt = case_prompt(case, REALSHAPE_MODEL, REALSHAPE.context_features, seed=0, size=REALSHAPE_SIZE,
@@ -90,10 +86,9 @@ def test_the_gpu_checks_prompt_and_report_run_at_real_size(realshape_server):
 
 
 def test_the_gpu_checks_forecast_row_runs_at_real_size(realshape_server):
-    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    from gpu_check import cases as gpu_check_cases
-    from gpu_check import rows as gpu_check_rows
-    from speedup import case_prompt, run_prompt
+    from benchmarks.gpu_check import cases as gpu_check_cases
+    from benchmarks.gpu_check import rows as gpu_check_rows
+    from benchmarks.speedup import case_prompt, run_prompt
 
     # turbo_5_of_8's schedule on 4 steps: 0 and 1 warmup, 2 forecast from their real-size features, 3 computed.
     row = gpu_check_rows.new_row(gpu_check_cases.TURBO, "forecast turbo_5_of_8", False, steps=4)

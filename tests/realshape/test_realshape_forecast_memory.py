@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from comfy_harness import REPO_ROOT
+from devkit.comfy_harness import REPO_ROOT
 from krea2_cachedit.adapters.forecast.feature_forecast import FeatureHistory, Forecaster, history_bytes
 from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from krea2_prompts import krea2_prompt
+from devkit.krea2_prompts import krea2_prompt
 from stats_events import queue_and_listen, stats_events
 
 pytestmark = pytest.mark.comfyui

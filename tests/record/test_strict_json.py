@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from comfy_harness import strict_loads
+from devkit.comfy_harness import strict_loads
 from krea2_cachedit.adapters.record.run_record import RunMeta, skipped_record
 from krea2_cachedit.adapters.record.strict_json import dumps, finite_or_null
 

@@ -15,9 +15,9 @@ import json
 import pytest
 import torch
 
-from comfy_harness import COMPILE_ROUTE, prompt_error
+from devkit.comfy_harness import COMPILE_ROUTE, prompt_error
 from helpers import FAST, FAST_8_CACHED
-from krea2_prompts import krea2_prompt
+from devkit.krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
@@ -98,8 +98,8 @@ def fresh_compile_server(comfy_root, tmp_path_factory, tiny_shape):
     """A server of its own: ComfyUI's compile node filters out the guards on transformer_options, so
     graphs compiled without attention patches would be reused with them (a ComfyUI limitation, with
     or without this node); patches must be there when the model is first compiled."""
-    from comfy_harness import ComfyServer
-    from krea2_synthetic import save_native_checkpoint
+    from devkit.comfy_harness import ComfyServer
+    from devkit.krea2_synthetic import save_native_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("compile_base"))
     save_native_checkpoint(base / "models" / "diffusion_models" / "krea2_tiny.safetensors", tiny_shape, seed=0)

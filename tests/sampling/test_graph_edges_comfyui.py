@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
-from comfy_harness import STATS_ROUTE, prompt_error, strict_loads
+from devkit.comfy_harness import STATS_ROUTE, prompt_error, strict_loads
 from compare_prompts import compare_prompt, saved_pngs
 from helpers import FAST, FAST_8_CACHED
-from krea2_prompts import guided_prompt, krea2_prompt
+from devkit.krea2_prompts import guided_prompt, krea2_prompt
 from stats_events import queue_and_listen, stats_events
 
 pytestmark = pytest.mark.comfyui

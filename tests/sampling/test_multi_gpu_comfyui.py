@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record
-from krea2_prompts import krea2_prompt
+from devkit.krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
@@ -164,7 +164,7 @@ def test_cfg_1_runs_on_the_first_device_alone_and_caches_there(comfy_server):
 
 def test_three_conds_on_two_devices_batch_two_on_the_first(comfy_server):
     """Perp-neg: the first device is sent two conds (batched, one stream), the second the third."""
-    from krea2_prompts import guided_prompt
+    from devkit.krea2_prompts import guided_prompt
 
     guider = {"class_type": "PerpNegGuider", "inputs": {"positive": ["2", 0], "negative": ["3", 0],
                                                          "empty_conditioning": ["8", 0], "cfg": 3.5, "neg_scale": 1.0}}

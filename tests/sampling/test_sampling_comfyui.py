@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from comfy_harness import prompt_error
+from devkit.comfy_harness import prompt_error
 from helpers import FAST, FAST_8_CACHED
-from krea2_prompts import guided_prompt, krea2_prompt
+from devkit.krea2_prompts import guided_prompt, krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from krea2_prompts import krea2_prompt
+from devkit.krea2_prompts import krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import FAST, OFF, latent_and_record
-from krea2_prompts import TINY_MODEL, guided_prompt, krea2_prompt
+from devkit.krea2_prompts import TINY_MODEL, guided_prompt, krea2_prompt
 
 pytestmark = pytest.mark.comfyui
 
@@ -101,7 +101,7 @@ def test_the_text_path_is_reused_bit_identically(comfy_server, layout):
 @pytest.fixture(scope="module")
 def text_path_lora(comfy_server, tiny_shape):
     """A strong LoRA on the text path's projection (txtmlp), nothing else."""
-    from krea2_synthetic import native_state_dict
+    from devkit.krea2_synthetic import native_state_dict
     from safetensors.torch import save_file
 
     weights = native_state_dict(tiny_shape)

@@ -22,7 +22,7 @@ from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings,
 from krea2_cachedit.adapters.sampling.multi_device import DeviceModel, MultiDeviceRun
 from krea2_cachedit.adapters.sampling.step_clock import StepClock
 from helpers import FAST_8_CACHED
-from krea2_synthetic import Krea2Shape, diffusers_transformer
+from devkit.krea2_synthetic import Krea2Shape, diffusers_transformer
 
 SHAPE = Krea2Shape(layers=6)
 STEPS = 8

@@ -35,9 +35,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from comfy_harness import comfyui_python, prompt_error
-from editor_format import to_api_prompt
-from krea2_prompts import TINY_MODEL
+from devkit.comfy_harness import comfyui_python, prompt_error
+from devkit.editor_format import to_api_prompt
+from devkit.krea2_prompts import TINY_MODEL
 
 TEST_SIZE = 64
 
@@ -292,8 +292,8 @@ def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, pr
     """The API prompt of an example workflow on the proxy (see the module docstring); ``model``: the
     checkpoint's file name on the server, the trained proxy's unless the example's regime asks for
     another (the Turbo proxy, ``TURBO_PROXY_MODEL``, for an 8-step CFG-1 example)."""
-    from krea2_prompts import PROXY_MODEL, PROXY_SIZE
-    from krea2_proxy import SETTINGS, class_seed
+    from devkit.krea2_prompts import PROXY_MODEL, PROXY_SIZE
+    from devkit.krea2_proxy import SETTINGS, class_seed
 
     prompt = to_api_prompt(workflow, object_info)
     removed = [n for n, node in prompt.items() if node["class_type"] in ("CLIPLoader", "VAELoader")]

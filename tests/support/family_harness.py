@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-from comfy_harness import ComfyServer
-from family_prompts import FAMILIES, family_prompt
+from devkit.comfy_harness import ComfyServer
+from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, FAST_8_CACHED, insert_after_loader, outputs_and_record
 
 MASKS = {4: [2], 8: FAST_8_CACHED}   # cache-dit's "fast" mask: 4 steps 1 1 0 1; 8 steps 1 1 1 0 1 0 0 1

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from comfy_harness import ComfyServer, prompt_error
+from devkit.comfy_harness import ComfyServer, prompt_error
 
 FAST = {"steps_mask": "fast"}
 FAST_8_CACHED = [3, 5, 6]   # cache-dit's "fast" mask for 8 steps: 1 1 1 0 1 0 0 1

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from scipy import ndimage
 
-from krea2_proxy import CLASSES, dataset
+from devkit.krea2_proxy import CLASSES, dataset
 
 # A hole counts once it holds this share of the object's filled area: a ring's hole holds a quarter,
 # colour noise leaves pinholes of well under 1%.

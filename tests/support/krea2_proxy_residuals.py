@@ -9,7 +9,8 @@ The runs follow ComfyUI's own 8-step ``simple`` schedule for Krea-2 (the sigmas 
 the only ones the Turbo proxy was distilled at). Either model: the trained proxy (``--proxy base``, the
 52-step regime's) or the Turbo proxy distilled from it (``--proxy turbo``, the 8-step regime's).
 
-Run with ComfyUI's interpreter: ``python krea2_proxy_residuals.py --cases 0:0,4:0 [--proxy turbo]`` prints JSON.
+Run with ComfyUI's interpreter and the repository root on the path (it imports ``devkit``):
+``PYTHONPATH=. python tests/support/krea2_proxy_residuals.py --cases 0:0,4:0 [--proxy turbo]`` prints JSON.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def residual_changes(comfy_root: Path, proxy, cases: list[tuple[int, int]], step
     and the timestep alone (``r(x_i-1, s_i) - r(x_i-1, s_i-1)``)."""
     from safetensors.torch import load_file
 
-    from krea2_proxy import _import_comfy, build_model, class_conditioning
-    from krea2_turbo_proxy import comfy_sigmas
+    from devkit.krea2_proxy import _import_comfy, build_model, class_conditioning
+    from devkit.krea2_turbo_proxy import comfy_sigmas
 
     settings = proxy.settings
     torch.set_num_threads(settings.threads)
@@ -73,8 +74,8 @@ def residual_changes(comfy_root: Path, proxy, cases: list[tuple[int, int]], step
 
 def ensure_model(name: str, comfy_root: Path):
     """The proxy ``name`` names (base or turbo), from its cache."""
-    from krea2_proxy import ensure_proxy
-    from krea2_turbo_proxy import ensure_turbo_proxy
+    from devkit.krea2_proxy import ensure_proxy
+    from devkit.krea2_turbo_proxy import ensure_turbo_proxy
 
     return (ensure_turbo_proxy if name == "turbo" else ensure_proxy)(comfy_root, quiet=True)
 
@@ -88,8 +89,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--proxy", choices=("base", "turbo"), default="base",
                         help="the trained proxy (base) or the Turbo proxy distilled from it (turbo)")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(HERE.parents[2] / "devkit"))  # the harness and the proxy builders
-    from comfy_harness import find_comfyui
+    from devkit.comfy_harness import find_comfyui
 
     comfy_root = args.comfyui or find_comfyui()
     cases = [tuple(int(v) for v in case.split(":")) for case in args.cases.split(",")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from comfy_harness import prompt_error
-from krea2_prompts import krea2_prompt
+from devkit.comfy_harness import prompt_error
+from devkit.krea2_prompts import krea2_prompt
 
 LOADER_NODE = "Krea2DiffusersLoader"
 

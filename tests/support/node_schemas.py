@@ -17,17 +17,14 @@ import json
 import subprocess
 from pathlib import Path
 
-DEVKIT_DIR = Path(__file__).resolve().parents[2] / "devkit"
 DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 
 _SCRIPT = r"""
 import json, sys
-comfy_root, devkit = sys.argv[1:3]
-sys.path[:0] = [comfy_root, devkit]
 sys.argv = [sys.argv[0], "--cpu"]
 import comfy.options
 comfy.options.enable_args_parsing()
-from comfy_harness import load_pack
+from devkit.comfy_harness import load_pack
 load_pack()
 from krea2_cachedit.nodes import NODES
 print(json.dumps([cls.GET_NODE_INFO_V1() for cls in NODES]))
@@ -36,10 +33,10 @@ print(json.dumps([cls.GET_NODE_INFO_V1() for cls in NODES]))
 
 @functools.cache
 def pack_node_infos(comfy_root: Path) -> list[dict]:
-    from comfy_harness import comfyui_python
+    from devkit.comfy_harness import comfyui_python, repo_env
 
-    result = subprocess.run([comfyui_python(comfy_root), "-c", _SCRIPT, str(comfy_root), str(DEVKIT_DIR)],
-                            cwd=comfy_root, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([comfyui_python(comfy_root), "-c", _SCRIPT], cwd=comfy_root, env=repo_env(),
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"could not read the node classes:\n{result.stderr[-4000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])
 

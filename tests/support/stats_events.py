@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from comfy_harness import load_pack
+from devkit.comfy_harness import load_pack
 
 
 def _routes_module():

@@ -13,9 +13,9 @@ speedup, one curve per method) to ``benchmarks/results/`` and prints the table a
 model on procedural images: figures of **dynamics on the proxy, not Krea-2 quality**. The cases,
 the figures and how they are judged: docs/benchmarks.md, "Against EasyCache and LazyCache".
 
-    python benchmarks/peers.py                 # the full run (about 20 minutes on one CPU thread)
-    python benchmarks/peers.py --quick         # a handful of Turbo-like cases, to see it work
-    python benchmarks/peers.py --replot        # the written table compared and plotted again
+    python -m benchmarks.peers                 # the full run (about 20 minutes on one CPU thread)
+    python -m benchmarks.peers --quick         # a handful of Turbo-like cases, to see it work
+    python -m benchmarks.peers --replot        # the written table compared and plotted again
 """
 
 from __future__ import annotations
@@ -23,21 +23,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
-
 # The parts are the package peers/ beside this script (benchmarks/peers/): run by path, this script
 # is __main__, and the name peers is the package's (peers/__init__.py says why the two coexist).
-from peers.cases import IMAGES, REGIMES, full_cases, quick_cases  # noqa: E402  (its speedup import puts devkit/ on the path)
-from peers.report import conditions, report  # noqa: E402
-from peers.runner import OWN_COST_PAIRS, measure, measure_own_cost  # noqa: E402
+from benchmarks.peers.cases import IMAGES, REGIMES, full_cases, quick_cases
+from benchmarks.peers.report import conditions, report
+from benchmarks.peers.runner import OWN_COST_PAIRS, measure, measure_own_cost
 
-from comfy_harness import ComfyServer, find_comfyui, load_pack  # noqa: E402
-from krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL  # noqa: E402
+from devkit.comfy_harness import ComfyServer, find_comfyui, load_pack
+from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+
+BENCH_DIR = Path(__file__).resolve().parent
 
 RESULTS_DIR = BENCH_DIR / "results"
 
@@ -64,8 +62,8 @@ def run(args) -> tuple[list[dict], dict]:
         # The server inherits it: torch reads it at start-up for its intra-op threads.
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     load_pack()
-    from krea2_proxy import ensure_proxy
-    from krea2_turbo_proxy import ensure_turbo_proxy
+    from devkit.krea2_proxy import ensure_proxy
+    from devkit.krea2_turbo_proxy import ensure_turbo_proxy
 
     proxy, turbo_proxy = ensure_proxy(comfy_root), ensure_turbo_proxy(comfy_root)
     cases = quick_cases() if args.quick else full_cases(tuple(args.regimes.split(",")))
@@ -86,7 +84,8 @@ def run(args) -> tuple[list[dict], dict]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--images", type=int, default=3, choices=range(1, len(IMAGES) + 1),
                         help="how many of the (class, seed) images each repeat samples")

@@ -31,21 +31,16 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "devkit"))
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-
-from comfy_harness import find_comfyui, load_pack  # noqa: E402
+from devkit.comfy_harness import find_comfyui, load_pack
 # The parts are the package gpu_check/ beside this script (benchmarks/gpu_check/): run by path, this
 # script is __main__, and the name gpu_check is the package's (gpu_check/__init__.py says why).
-from gpu_check.budget import Budget  # noqa: E402
-from gpu_check.cases import FULL, SMOKE, Scale  # noqa: E402
-from gpu_check.checkpoint import generate_checkpoint, krea2_shape  # noqa: E402
-from gpu_check.phases import Check  # noqa: E402
-from gpu_check.report import report_progress, run_settings, write_report  # noqa: E402
-from gpu_check.server import keep_server_log, start_server  # noqa: E402
-from gpu_check.table import print_table  # noqa: E402
-
+from benchmarks.gpu_check.budget import Budget
+from benchmarks.gpu_check.cases import FULL, SMOKE, Scale
+from benchmarks.gpu_check.checkpoint import generate_checkpoint, krea2_shape
+from benchmarks.gpu_check.phases import Check
+from benchmarks.gpu_check.report import report_progress, run_settings, write_report
+from benchmarks.gpu_check.server import keep_server_log, start_server
+from benchmarks.gpu_check.table import print_table
 
 def measure(args, report: dict, scale: Scale, budget: Budget, checkpoint: Path, manifest: dict | None,
             timings: dict):
@@ -65,7 +60,8 @@ def measure(args, report: dict, scale: Scale, budget: Budget, checkpoint: Path, 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="CPU, small model: the same path, fast")
     parser.add_argument("--work", type=Path, required=True, help="folder for the ComfyUI base dir (and checkpoint)")
     parser.add_argument("--started", type=float, help="when the check started (epoch s): the budget counts from there")

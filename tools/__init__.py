@@ -1,0 +1,1 @@
+"""Maintenance scripts, run with ``python -m tools.<name>`` from the repository root. Never shipped."""
