@@ -11,9 +11,9 @@ one block instead of 28), for one 1024x1024 image:
 - ``rest``: everything else of a call (timestep embedding and modulation, image embedding, rotary
   positions, final layer).
 
-A whole call is then ``28 * block + text + rest``. ``peers.py`` combines these with each case's
-computed, cached and skipped calls and text computations (and the node's own per-call time,
-measured on the proxy) into a *projected* speedup on Krea-2 (``projection``). Seeded-random
+A whole call is then ``28 * block + text + rest``. The peer benchmark (``benchmarks.peers``)
+combines these with each case's computed, cached and skipped calls and text computations (and the
+node's own per-call time, measured on the proxy) into a *projected* speedup on Krea-2 (``projection``). Seeded-random
 weights: costs depend on shapes, not on values.
 
     python -m benchmarks.krea2_costs            # CPU, float32 (minutes); writes results/krea2_costs.json

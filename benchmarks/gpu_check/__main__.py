@@ -1,7 +1,7 @@
 """GPU check: Krea-2 Turbo and Raw at full size through ComfyUI, with and without Cache-DiT and torch.compile.
 
-Run by ``python3 dev.py gpu-check`` after it installed ComfyUI and the wheels (see
-``gpu_check/setup.py``; the check's other parts are in ``gpu_check/`` too). It generates a
+Run as ``python -m benchmarks.gpu_check`` by ``python3 dev.py gpu-check`` after it installed ComfyUI and
+the wheels (``setup.py`` beside this file; the check's other parts are here too). It generates a
 seeded-random Krea-2 with the real architecture (12.8B parameters, bf16, native format), starts
 the real ComfyUI server on the GPU and samples,
 side by side in one run, through ComfyUI's own execution (UNETLoader, KSampler, ...):

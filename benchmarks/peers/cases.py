@@ -21,7 +21,7 @@ from benchmarks.projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
 class Regime:
     steps: int
     cfg: float
-    # The checkpoint's file name in the server's diffusion_models (peers.py links each to its checkpoint).
+    # The checkpoint's file name in the server's diffusion_models (__main__.py links each to its checkpoint).
     model: str = PROXY_MODEL
 
 

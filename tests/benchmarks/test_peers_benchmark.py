@@ -1,4 +1,4 @@
-"""The peer benchmark (benchmarks/peers.py) in short: this pack's node against ComfyUI's EasyCache and
+"""The peer benchmark (python -m benchmarks.peers) in short: this pack's node against ComfyUI's EasyCache and
 LazyCache on the proxies (the quick cases are Turbo-like: the Turbo proxy), through the benchmark's own code.
 
 A handful of Turbo-like cases (uncached, the node's defaults, one calibrator, EasyCache and LazyCache
