@@ -29,8 +29,9 @@ import pytest
 from devkit.comfy_harness import PACK_DIR_NAME
 from devkit.editor_format import UI_ONLY_TYPES, ordered_inputs, to_api_prompt, widget_values
 from devkit.comfy_models import FAMILY_MODELS
-from example_stand_ins import (TEST_SIZE, decoded_by, example_prompt, run_example_nodes, saved_images, saved_rgb,
-                               write_stand_in_checkpoint, write_tiny_vae)
+from example_stand_ins import (CACHE_NODES, SAMPLERS, TEST_SIZE, compare_branches, decoded_by, example_prompt,
+                               run_example_nodes, sampled_by, saved_images, saved_rgb, write_stand_in_checkpoint,
+                               write_tiny_vae)
 from devkit.example_templates import FAMILY_TEMPLATES, KREA2_BLOCKS, TEXT_ENCODER_LOADERS, FamilyTemplate, fewer_steps
 from devkit.family_prompts import FAMILIES
 from devkit.krea2_prompts import TINY_MODEL
@@ -129,8 +130,6 @@ EXPECTED = {
     # Every other family's compare template: one entry each in devkit/example_templates.py.
     **{name: Example.of(template) for name, template in FAMILY_TEMPLATES.items()},
 }
-CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache"}
-SAMPLERS = ("KSampler", "KSamplerAdvanced")
 CACHE_DEFAULTS = {"Fn_compute_blocks": 1, "Bn_compute_blocks": 0, "residual_diff_threshold": 0.24,
                   "max_warmup_steps": 4, "warmup_interval": 1, "max_cached_steps": -1,
                   "max_continuous_cached_steps": 3, "calibrator": "none", "taylorseer_order": 1, "dmd_history": 6,
@@ -145,35 +144,6 @@ def load(path: Path) -> dict:
 
 def nodes_of(workflow: dict, node_type: str) -> list[dict]:
     return [node for node in workflow["nodes"] if node["type"] == node_type]
-
-
-def sampled_by(prompt: dict, decoder: str) -> str:
-    """The sampler whose latent a decoder decodes (through the split of an audio-video latent, LTX-2's)."""
-    source = prompt[decoder]["inputs"]["samples"][0]
-    if prompt[source]["class_type"] == "LTXVSeparateAVLatent":
-        source = prompt[source]["inputs"]["av_latent"][0]
-    return source
-
-
-def compare_branches(prompt: dict) -> dict[str, list[str]]:
-    """The samplers of each branch a compare template compares, first to last (one per expert in turn): "uncached"
-    (the reference of both compare nodes), "cached" (through the cache nodes) and "fewer" (the plain samplers at
-    fewer steps), each a candidate of its own compare node."""
-    samplers = {n for n, node in prompt.items() if node["class_type"] in SAMPLERS}
-    caches = {n for n, node in prompt.items() if node["class_type"] in CACHE_NODES}
-
-    def branch(image: list) -> list[str]:
-        chain = [sampled_by(prompt, image[0])]
-        while prompt[chain[0]]["inputs"]["latent_image"][0] in samplers:
-            chain.insert(0, prompt[chain[0]]["inputs"]["latent_image"][0])
-        return chain
-
-    compares = [node["inputs"] for node in prompt.values() if node["class_type"] == "Krea2CompareImages"]
-    (reference,) = {tuple(compare["reference"]) for compare in compares}
-    candidates = [branch(compare["candidate"]) for compare in compares]
-    (cached,) = [c for c in candidates if prompt[c[-1]]["inputs"]["model"][0] in caches]
-    (fewer,) = [c for c in candidates if prompt[c[-1]]["inputs"]["model"][0] not in caches]
-    return {"uncached": branch(list(reference)), "cached": cached, "fewer": fewer}
 
 
 # --- fixtures --------------------------------------------------------------------------

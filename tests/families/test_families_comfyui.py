@@ -12,8 +12,6 @@ families, Krea-2's own versions of them being in the Krea-2 test files.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -21,6 +19,7 @@ from devkit.comfy_harness import prompt_error
 from devkit.comfy_models import FAMILY_MODELS
 from devkit.family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF, check_left_to_easycache, check_threshold_caching, run_ok
+from record_checks import blocks_seen, with_probe
 
 pytestmark = pytest.mark.comfyui
 
@@ -118,33 +117,6 @@ def test_threshold_caching_decides_by_the_measured_change(family_server, family)
     exactly when its measured change is below the threshold (``check_threshold_caching``)."""
     check_threshold_caching(lambda threshold, label: family_server.run_with_stats(
         family_prompt(family, cache={"residual_diff_threshold": threshold}))[1][0], full=True)
-
-
-def with_probe(prompt: dict, log_path) -> dict:
-    """Krea2TestAttentionOverrideProbe right after the loader."""
-    prompt["20"] = {"class_type": "Krea2TestAttentionOverrideProbe",
-                    "inputs": {"model": ["1", 0], "log_path": str(log_path)}}
-    consumer = "5" if "5" in prompt else "6"
-    prompt[consumer]["inputs"]["model"] = ["20", 0]
-    return prompt
-
-
-def blocks_seen(log_path) -> list[list[tuple[int, int]]]:
-    """Per model call (a new sigma), the (block_type, block_index, total_blocks) of each block's attention,
-    in order."""
-    calls: list[list] = []
-    last_sigma = None
-    for line in log_path.read_text().splitlines():
-        event = json.loads(line)
-        if event["block_index"] is None:
-            continue  # Z-Image's refiners run before the block loop, outside the cached stack
-        seen = (event["block_type"], event["block_index"], event["total_blocks"])
-        if event["sigma"] != last_sigma:
-            calls.append([])
-            last_sigma = event["sigma"]
-        if not calls[-1] or calls[-1][-1] != seen:  # Wan's blocks attend twice (self, cross)
-            calls[-1].append(seen)
-    return calls
 
 
 @family_ids

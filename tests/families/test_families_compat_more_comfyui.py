@@ -18,9 +18,9 @@ import torch
 
 from devkit.comfy_models import FAMILY_MODELS
 from devkit.family_prompts import FAMILIES, family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF, check_one_stream_per_device, write_native_lora
+from helpers import (FAST, FAST_8_CACHED, OFF, check_one_stream_per_device, insert_after_loader, latent_and_record,
+                     write_native_lora)
 from devkit.krea2_prompts import with_lora
-from test_families_compat_comfyui import insert_after_loader, run
 
 pytestmark = pytest.mark.comfyui
 
@@ -37,6 +37,10 @@ LORA_LAYERS = {
 # (Qwen-Image's LoRAs name its modules as they are, ``transformer_blocks.N...``, without a prefix).
 LORA_PREFIX = {"qwen_image": ""}
 lora_families = pytest.mark.parametrize("family", list(LORA_LAYERS), scope="module")
+
+
+def run(server, prompt, node_id="5") -> tuple[torch.Tensor, dict | None]:
+    return latent_and_record(server, prompt, node_id, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,7 @@ import torch
 
 from devkit.comfy_models import FAMILY_MODELS
 from devkit.family_prompts import family_prompt
-from helpers import FAST, FAST_8_CACHED, OFF, latent_and_record, run_ok
-from test_families_compat_comfyui import insert_after_loader
+from helpers import FAST, FAST_8_CACHED, OFF, insert_after_loader, latent_and_record, run_ok
 
 pytestmark = pytest.mark.comfyui
 

@@ -19,37 +19,11 @@ import torch
 from devkit.comfy_harness import prompt_error
 from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, FAST_8_CACHED, OFF
-from test_sampling_comfyui import check_attribution
+from record_checks import check_two_evaluation_record
 
 pytestmark = pytest.mark.comfyui
 
 STEPS = 8
-
-
-def expected_calls(branches_per_call: list[list[int]], steps: int) -> list[tuple[int, list[int], bool]]:
-    """(step, branches, served) of a two-evaluation sampler: each step's first evaluation served, its
-    second computed beside the cache; the last step integrates down to sigma 0 with one evaluation."""
-    calls = []
-    for step in range(steps):
-        calls += [(step, branches, True) for branches in branches_per_call]
-        if step < steps - 1:
-            calls += [(step, branches, False) for branches in branches_per_call]
-    return calls
-
-
-def check_two_evaluation_record(record: dict, family: str, branches_per_call: list[list[int]], mode: str,
-                                steps: int = STEPS, cached_steps: list[int] = FAST_8_CACHED):
-    assert record["status"] == "ok" and record["model"] == family_name(family) and record["steps"] == steps
-    assert record["cfg_mode"] == mode and record["has_separate_cfg"] == (mode == "split")
-    check_attribution(record, streams=len(branches_per_call))
-    assert [(s, b, served) for s, b, served, _, _ in record["call_log"]] == expected_calls(branches_per_call, steps)
-    evaluations = len(branches_per_call) * (2 * steps - 1)
-    assert record["calls"] == evaluations and record["extra_calls"] == evaluations - len(branches_per_call) * steps
-    assert record["cached_steps"] == cached_steps
-
-
-def family_name(family: str) -> str:
-    return FAMILIES[family].name
 
 
 @pytest.mark.parametrize("sampler", ["heun", "dpm_2", "dpmpp_sde"])

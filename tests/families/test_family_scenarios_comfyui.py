@@ -32,9 +32,7 @@ from family_harness import HARNESSES, FamilyHarness
 from helpers import (EASYCACHE, FAST, OFF, check_left_to_easycache, check_one_stream_per_device,
                      check_threshold_caching, insert_after_loader, write_native_lora)
 from devkit.krea2_prompts import with_forecast, with_lora
-from test_families_comfyui import blocks_seen, with_probe
-from test_families_sampling_comfyui import check_two_evaluation_record
-from test_forecast_comfyui import check_forecast_layout
+from record_checks import blocks_seen, check_forecast_layout, check_two_evaluation_record, with_probe
 
 pytestmark = pytest.mark.comfyui
 

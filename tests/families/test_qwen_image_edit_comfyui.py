@@ -22,7 +22,7 @@ import torch
 from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, OFF, latent_and_record
 from devkit.krea2_prompts import with_forecast
-from test_forecast_comfyui import check_forecast
+from record_checks import check_forecast
 
 pytestmark = pytest.mark.comfyui
 

@@ -15,14 +15,13 @@ from devkit.comfy_harness import prompt_error
 from devkit.comfy_models import FAMILY_MODELS
 from devkit.family_prompts import FAMILIES, SHARED, family_prompt
 from helpers import FAST, run_ok
+from record_checks import FORECAST_STEPS, check_forecast, check_forecast_layout
 from devkit.krea2_prompts import krea2_prompt, with_forecast, with_lora
 
 from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
 
 pytestmark = pytest.mark.comfyui
 
-FORECAST_STEPS = [2, 4, 6]
-REASONS = ["warmup", "warmup", "forecast", "schedule", "forecast", "schedule", "forecast", "final_steps"]
 NOTHING = {"forecast": "linear", "warmup_steps": 0, "window_size": 1.0, "window_growth": 0.0}   # every step computed
 every_family = pytest.mark.parametrize("family", SHARED)
 
@@ -34,34 +33,6 @@ def server(request, comfy_root, family):
 
 def forecast_prompt(family: str, preset: str = "turbo_5_of_8", custom: dict | None = None, **kwargs) -> dict:
     return with_forecast(family_prompt(family, cache={}, **kwargs), preset, **(custom or {}))
-
-
-def check_forecast(record: dict, family: str, calls_per_step: int):
-    spec = FAMILIES[family]
-    assert record["status"] == "ok" and record["model"] == spec.name and record["node_id"] == "5"
-    assert record["method"]["name"] == "forecast" and record["method"]["preset"] == "turbo_5_of_8"
-    assert record["forecast_steps"] == FORECAST_STEPS and record["step_reasons"] == REASONS
-    assert record["calls"] == 8 * calls_per_step
-    # 5 of 8 steps computed in full cost 5 steps, whatever the CFG layout: a forecast call runs no block.
-    assert (record["full_calls"], record["equal_cost_steps"]) == (5 * calls_per_step, 5), record
-    # A forecast call runs no block; a computed one every block.
-    assert [call[3] for call in record["call_log"]] == [
-        0 if call[0] in FORECAST_STEPS else spec.blocks for call in record["call_log"]]
-
-
-def check_forecast_layout(record: dict, family: str, layout: str):
-    """``check_forecast`` for a run in a CFG layout ("none", "batched", "split"): one history for a batched call,
-    one per stream apart, each with the preset's steps."""
-    check_forecast(record, family, calls_per_step=2 if layout == "split" else 1)
-    assert (record["cfg_mode"], record["has_separate_cfg"]) == (layout, layout == "split")
-    streams = record["streams"]
-    if layout == "none":
-        assert len(streams) == 1
-    elif layout == "batched":
-        assert [s["branches"] for s in streams] == [[1, 0]], "one history for the batch"
-    else:
-        assert sorted(s["branches"] for s in streams) == [[0], [1]], "a history per stream"
-        assert all(s["forecast_steps"] == FORECAST_STEPS for s in streams)
 
 
 def check_every_cfg_layout(server, family: str, seed: int = 81, prefix: str = "spectrum"):

@@ -13,6 +13,7 @@ import torch
 
 from devkit.comfy_harness import prompt_error
 from helpers import FAST, FAST_8_CACHED
+from record_checks import check_attribution
 from devkit.krea2_prompts import guided_prompt, krea2_prompt
 
 pytestmark = pytest.mark.comfyui
@@ -35,24 +36,6 @@ def run_with_record(server, prompt, node_id="5") -> tuple[dict, dict]:
     """Run a prompt; its history entry and the stats record this very prompt published for ``node_id``."""
     entry, [record] = server.run_with_stats(prompt, node_id)
     return entry, record
-
-
-def check_attribution(record: dict, streams: int = 1):
-    """Each step's served calls are its first evaluation at sigma[i]; its other calls lie within the step."""
-    sigmas = record["sigmas"]
-    served: dict[int, list] = {}
-    for step, branches, was_served, _, sigma in record["call_log"]:
-        if was_served:
-            served.setdefault(step, []).append(branches)
-            # (exp_heun_2_x0 and kin reach sigma[i] through a log-SNR round trip: 3e-5 off in float32)
-            assert sigma == pytest.approx(sigmas[step], rel=1e-4), f"step {step} served a call at sigma {sigma}"
-        else:
-            # Further evaluations of step i lie between sigma[i] and (heunpp2's look-ahead) sigma[i+2].
-            lowest = sigmas[min(step + 2, len(sigmas) - 1)]
-            assert lowest - 1e-6 <= sigma <= sigmas[step] + 1e-6, f"step {step} has an extra call at {sigma}"
-    assert sorted(served) == list(range(record["steps"])), "every step has its served call"
-    assert all(len(calls) == streams for calls in served.values()), served
-    assert record["cache_contexts"] == 1
 
 
 @pytest.mark.parametrize("sampler", SCHEDULE_SAMPLERS)

@@ -362,3 +362,38 @@ def check_saved_images(server, prompt: dict, entry: dict):
         assert png.size == (TEST_SIZE, TEST_SIZE), f"image of node {save_id}"
         if prompt[decoded_by(prompt, prompt[save_id]["inputs"]["images"][0])]["class_type"] == "VAEDecode":
             assert any(low != high for low, high in png.getextrema()), f"flat image from node {save_id}"
+
+
+# --- what a compare template's graph samples -----------------------------------------------------------------
+
+CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache"}
+SAMPLERS = ("KSampler", "KSamplerAdvanced")
+
+
+def sampled_by(prompt: dict, decoder: str) -> str:
+    """The sampler whose latent a decoder decodes (through the split of an audio-video latent, LTX-2's)."""
+    source = prompt[decoder]["inputs"]["samples"][0]
+    if prompt[source]["class_type"] == "LTXVSeparateAVLatent":
+        source = prompt[source]["inputs"]["av_latent"][0]
+    return source
+
+
+def compare_branches(prompt: dict) -> dict[str, list[str]]:
+    """The samplers of each branch a compare template compares, first to last (one per expert in turn): "uncached"
+    (the reference of both compare nodes), "cached" (through the cache nodes) and "fewer" (the plain samplers at
+    fewer steps), each a candidate of its own compare node."""
+    samplers = {n for n, node in prompt.items() if node["class_type"] in SAMPLERS}
+    caches = {n for n, node in prompt.items() if node["class_type"] in CACHE_NODES}
+
+    def branch(image: list) -> list[str]:
+        chain = [sampled_by(prompt, image[0])]
+        while prompt[chain[0]]["inputs"]["latent_image"][0] in samplers:
+            chain.insert(0, prompt[chain[0]]["inputs"]["latent_image"][0])
+        return chain
+
+    compares = [node["inputs"] for node in prompt.values() if node["class_type"] == "Krea2CompareImages"]
+    (reference,) = {tuple(compare["reference"]) for compare in compares}
+    candidates = [branch(compare["candidate"]) for compare in compares]
+    (cached,) = [c for c in candidates if prompt[c[-1]]["inputs"]["model"][0] in caches]
+    (fewer,) = [c for c in candidates if prompt[c[-1]]["inputs"]["model"][0] not in caches]
+    return {"uncached": branch(list(reference)), "cached": cached, "fewer": fewer}
