@@ -8,9 +8,10 @@
 those tiers and only their setup steps. Every run keeps its tests' tiers and durations in
 ``tests/artifacts/durations.json``; ``python3 dev.py tier-times`` prints them as docs/development.md's table.
 
-With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py, about 13 minutes on 2
-CPU cores) and the Turbo proxy distilled from it (devkit/krea2_turbo_proxy.py, about 9 minutes of one
-core more), built once into ~/.cache/krea2-cachedit: ``test`` builds both first; ``demo``, when they
+With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py) and the Turbo proxy
+distilled from it (devkit/krea2_turbo_proxy.py), cached in ~/.cache/krea2-cachedit: copied from their
+pinned builds (../shared/proxies, docs/proxy.md), else built (about 13 minutes on 2 CPU cores, then
+about 9 of one core more): ``test`` makes sure of both first; ``demo``, when they
 are not built yet, shows the seeded-random model's table first and builds them after that.
 
 and the GPU check (docs/gpu-check.md): Krea-2 Turbo and Raw at full size on a GPU machine
@@ -40,10 +41,10 @@ import sys
 import venv
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent
 # A script in the repository root: devkit/ and benchmarks/ import as packages from here.
 from devkit.comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers  # stdlib only
 
+REPO = Path(__file__).resolve().parent
 
 DEV_REQUIREMENTS = ["pytest>=8", "matplotlib"]  # matplotlib: the peer benchmark's plot (python -m benchmarks.peers)
 # Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.

@@ -26,10 +26,11 @@ at a small size) trained with rectified flow, in ComfyUI's convention, on proced
 This is dynamics, not Krea-2 quality: figures measured on it say how caching behaves on a model
 that has learned something, never what real Krea-2 images lose.
 
-``python krea2_proxy.py build`` (with ComfyUI's interpreter) trains it; ``ensure_proxy()`` returns
-the cached build, training it first when the cache is empty. The cache lives outside the
-repository (``KREA2_PROXY_CACHE`` or ``~/.cache/krea2-cachedit``), in a folder named by the hash
-of this file, so any change to the generator builds a new proxy.
+``python -m devkit.krea2_proxy build`` (with ComfyUI's interpreter, from the repository root) trains
+it; ``ensure_proxy()`` returns the cached build, taking the pinned build or training it first when the
+cache has none. The cache lives outside the repository, in a folder named by the build id: the hash of
+what decides the weights (``proxy_build``), so a changed setting, data set or training loop builds a
+new proxy and a docstring or CLI edit does not.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -47,7 +47,6 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve()
-CACHE_ENV = "KREA2_PROXY_CACHE"
 CHECKPOINT_NAME = "krea2_proxy.safetensors"
 CODEC_NAME = "krea2_proxy_codec.safetensors"
 BUILD_INFO_NAME = "build.json"
@@ -246,15 +245,23 @@ def _to_patches(images: torch.Tensor, patch: int) -> torch.Tensor:
 
 # --- the model and its training ----------------------------------------------------------------------
 
-def generator_hash(settings: ProxySettings = SETTINGS) -> str:
-    digest = hashlib.sha256(HERE.read_bytes())
-    digest.update(json.dumps(dataclasses.asdict(settings), sort_keys=True).encode())
-    return digest.hexdigest()[:16]
+# What is not the recipe (proxy_build.recipe_source): the cache and CLI plumbing, file names, this list.
+NOT_RECIPE = ("HERE", "CACHE_ENV", "CHECKPOINT_NAME", "CODEC_NAME", "BUILD_INFO_NAME", "NOT_RECIPE", "KIND",
+              "build_id", "cache_dir", "Proxy", "EXPECTED_BUILD_MINUTES", "is_built", "ensure_proxy", "main")
+KIND = "proxy"
+
+
+def build_id(settings: ProxySettings = SETTINGS) -> str:
+    """This recipe's build id (see proxy_build): the name of its cache folder and its pinned build."""
+    from devkit import proxy_build
+
+    return proxy_build.build_id(KIND, proxy_build.recipe_hash(HERE, NOT_RECIPE, dataclasses.asdict(settings)))
 
 
 def cache_dir(settings: ProxySettings = SETTINGS) -> Path:
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "krea2-cachedit")
-    return root / f"proxy-{generator_hash(settings)}"
+    from devkit import proxy_build
+
+    return proxy_build.cache_root() / f"{KIND}-{build_id(settings)}"
 
 
 def _import_comfy(comfy_root: Path):
@@ -356,7 +363,7 @@ def train(comfy_root: Path, out_dir: Path, settings: ProxySettings = SETTINGS, p
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(out_dir / CHECKPOINT_NAME))
     save_file(codec.tensors(), str(out_dir / CODEC_NAME))
-    info = {"generator_hash": generator_hash(s), "settings": dataclasses.asdict(s),
+    info = {"generator_hash": build_id(s), "settings": dataclasses.asdict(s),
             "wall_s": round(time.perf_counter() - started, 1), "cpu_s": round(time.process_time() - cpu_started, 1),
             "final_loss": sum(losses[-50:]) / len(losses[-50:]), "first_loss": sum(losses[:10]) / 10,
             "weights_sha256": hashlib.sha256((out_dir / CHECKPOINT_NAME).read_bytes()).hexdigest(),
@@ -388,24 +395,24 @@ def is_built(settings: ProxySettings = SETTINGS) -> bool:
 
 
 def ensure_proxy(comfy_root: Path | None = None, settings: ProxySettings = SETTINGS, quiet: bool = False) -> Proxy:
-    """The proxy: its checkpoint path (ComfyUI's native format), codec and build record; trained
-    first (in ComfyUI's interpreter, with a progress bar) when the cache has no build of this
-    generator."""
-    folder = cache_dir(settings)
-    if not is_built(settings):
-        if comfy_root is None:
-            from comfy_harness import find_comfyui
+    """The proxy: its checkpoint path (ComfyUI's native format), codec and build record; taken from
+    the pinned build or, when there is none, trained first (in ComfyUI's interpreter, with a progress
+    bar) when the cache has no build of this recipe."""
+    from devkit import proxy_build
 
-            comfy_root = find_comfyui()
+    folder = cache_dir(settings)
+    if not is_built(settings) and not proxy_build.take_pinned(folder, CHECKPOINT_NAME):
+        from devkit.comfy_harness import comfyui_python, find_comfyui
+
+        comfy_root = comfy_root or find_comfyui()
         if comfy_root is None:
             raise RuntimeError("building the Krea-2 proxy needs ComfyUI's model code: no ComfyUI found "
                                "(set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI)")
         if not quiet:
             print(f"Training a small Krea-2 proxy once (about {EXPECTED_BUILD_MINUTES} minutes on 2 CPU cores); "
                   f"it is cached in {folder}", flush=True)
-        from comfy_harness import comfyui_python
-
-        subprocess.run([comfyui_python(comfy_root), str(HERE), "build", "--comfyui", str(comfy_root)], check=True)
+        subprocess.run([comfyui_python(comfy_root), "-m", "devkit.krea2_proxy", "build", "--comfyui", str(comfy_root)],
+                       check=True, cwd=HERE.parents[1])
     info = json.loads((folder / BUILD_INFO_NAME).read_text())
     return Proxy(folder / CHECKPOINT_NAME, PatchCodec.load(folder / CODEC_NAME), info, settings)
 
@@ -424,30 +431,24 @@ def main(argv: list[str]) -> int:
     if args.command == "path":
         print(cache_dir())
         return 0
-    sys.path.insert(0, str(HERE.parent))
     if args.command == "ensure":
         proxy = ensure_proxy(args.comfyui)
         print(f"Krea-2 proxy: {proxy.checkpoint} (built in {proxy.info['wall_s']} s wall, "
               f"{proxy.info['cpu_s']} s CPU)", flush=True)
         return 0
-    from comfy_harness import find_comfyui
+    from devkit.comfy_harness import find_comfyui
 
     comfy_root = args.comfyui or find_comfyui()
     settings = SETTINGS if args.iterations is None else dataclasses.replace(SETTINGS, iterations=args.iterations)
     if args.out is None and settings != SETTINGS:
         raise SystemExit("--iterations needs --out: the cache holds only builds of the generator's own settings")
     out = args.out or cache_dir(SETTINGS)
-    # Into the cache through a private folder, renamed when complete: an interrupted build leaves
-    # no half-written proxy behind, and of two builds at once the first to finish is kept.
-    work = out if args.out else out.with_name(f"{out.name}.partial-{os.getpid()}")
-    info = train(comfy_root, work, settings)
-    if work != out:
-        try:
-            work.rename(out)
-        except OSError:  # another build finished first: the same weights (deterministic), keep those
-            import shutil
+    if args.out:
+        info = train(comfy_root, out, settings)
+    else:
+        from devkit import proxy_build
 
-            shutil.rmtree(work, ignore_errors=True)
+        info = proxy_build.build_into(out, lambda work: train(comfy_root, work, settings))
     print(f"Krea-2 proxy built in {out}: {info['wall_s']} s wall, {info['cpu_s']} s CPU, "
           f"loss {info['first_loss']:.3f} -> {info['final_loss']:.4f}", flush=True)
     return 0

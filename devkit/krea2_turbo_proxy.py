@@ -27,14 +27,15 @@ targets at two times per sample and many more iterations to settle; reflow needs
 the flow on teacher pairs. The price: the student knows the 8-step sigmas; at other step counts it
 samples what its weights between those sigmas give, as a model distilled for 8 steps does.
 
-Built once and cached as the proxy is, in a folder of its own (``turbo-proxy-<hash>``): the hash covers
-this file, its settings and the teacher's build id, so a change here rebuilds only this proxy and a
-changed teacher rebuilds both. The build record holds the held-out check: on seeds no training
+Built once and cached (or taken from its pinned build) as the proxy is, in a folder of its own
+(``turbo-proxy-<build id>``): the build id covers this file's recipe, its settings and the teacher's
+build id (``proxy_build``), so a change here rebuilds only this proxy and a changed teacher rebuilds
+both. The build record holds the held-out check: on seeds no training
 trajectory used, the MAE/255 of the student's 8-step CFG-1 image and of the teacher's own 8-step CFG-1
 image against the teacher's 52-step CFG-3.5 image. It shares the teacher's codec. Dynamics on
 procedural images, not Krea-2 Turbo quality.
 
-``python krea2_turbo_proxy.py build`` (with ComfyUI's interpreter) distils it; ``ensure_turbo_proxy()``
+``python -m devkit.krea2_turbo_proxy build`` (with ComfyUI's interpreter) distils it; ``ensure_turbo_proxy()``
 returns the cached build, distilling it first (and training the teacher first) when missing.
 """
 
@@ -45,7 +46,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -53,9 +53,9 @@ from pathlib import Path
 
 import torch
 
+from devkit import krea2_proxy as teacher_proxy
+
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parent))
-import krea2_proxy as teacher_proxy  # noqa: E402
 
 CHECKPOINT_NAME = "krea2_turbo_proxy.safetensors"
 BUILD_INFO_NAME = teacher_proxy.BUILD_INFO_NAME
@@ -84,16 +84,24 @@ class TurboSettings:
 SETTINGS = TurboSettings()
 
 
-def generator_hash(settings: TurboSettings = SETTINGS) -> str:
-    digest = hashlib.sha256(HERE.read_bytes())
-    digest.update(json.dumps(dataclasses.asdict(settings), sort_keys=True).encode())
-    digest.update(teacher_proxy.generator_hash().encode())   # a new teacher, a new student
-    return digest.hexdigest()[:16]
+# What is not the recipe (proxy_build.recipe_source): the cache and CLI plumbing, file names, this list.
+NOT_RECIPE = ("HERE", "CHECKPOINT_NAME", "BUILD_INFO_NAME", "NOT_RECIPE", "KIND", "build_id", "cache_dir",
+              "EXPECTED_BUILD_MINUTES", "is_built", "ensure_turbo_proxy", "main")
+KIND = "turbo-proxy"
+
+
+def build_id(settings: TurboSettings = SETTINGS) -> str:
+    """This recipe's build id (see proxy_build); the teacher's build id is part of the recipe: a new
+    teacher, a new student."""
+    from devkit import proxy_build
+
+    recipe = proxy_build.recipe_hash(HERE, NOT_RECIPE, dataclasses.asdict(settings), teacher_proxy.build_id())
+    return proxy_build.build_id(KIND, recipe)
 
 
 def cache_dir(settings: TurboSettings = SETTINGS) -> Path:
     """Beside the proxy's folder, named apart: the two builds never share or clear each other's files."""
-    return teacher_proxy.cache_dir().parent / f"turbo-proxy-{generator_hash(settings)}"
+    return teacher_proxy.cache_dir().parent / f"{KIND}-{build_id(settings)}"
 
 
 # --- sampling as ComfyUI samples a Krea-2 ---------------------------------------------------------
@@ -258,7 +266,7 @@ def build(comfy_root: Path, out_dir: Path, s: TurboSettings = SETTINGS, progress
 
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().contiguous() for k, v in student.state_dict().items()}, str(out_dir / CHECKPOINT_NAME))
-    info = {"generator_hash": generator_hash(s), "teacher": teacher_build.checkpoint.parent.name,
+    info = {"generator_hash": build_id(s), "teacher": teacher_build.checkpoint.parent.name,
             "settings": dataclasses.asdict(s), "method": "regression on the teacher's trajectory at the 8-step sigmas",
             "wall_s": round(time.perf_counter() - started, 1), "cpu_s": round(time.process_time() - cpu_started, 1),
             "first_loss": sum(losses[:10]) / 10, "final_loss": sum(losses[-30:]) / 30, "held_out": check,
@@ -278,11 +286,14 @@ def is_built(settings: TurboSettings = SETTINGS) -> bool:
 
 
 def ensure_turbo_proxy(comfy_root: Path | None = None, quiet: bool = False) -> teacher_proxy.Proxy:
-    """The distilled proxy (checkpoint, the teacher's codec, its build record); distilled first, in
-    ComfyUI's interpreter with a progress bar, when the cache has no build of this generator."""
+    """The distilled proxy (checkpoint, the teacher's codec, its build record); taken from the pinned
+    build or, when there is none, distilled first (in ComfyUI's interpreter with a progress bar, after
+    the teacher) when the cache has no build of this recipe."""
+    from devkit import proxy_build
+
     folder = cache_dir()
-    if not is_built():
-        from comfy_harness import comfyui_python, find_comfyui
+    if not is_built() and not proxy_build.take_pinned(folder, CHECKPOINT_NAME):
+        from devkit.comfy_harness import comfyui_python, find_comfyui
 
         comfy_root = comfy_root or find_comfyui()
         if comfy_root is None:
@@ -291,7 +302,8 @@ def ensure_turbo_proxy(comfy_root: Path | None = None, quiet: bool = False) -> t
         if not quiet:
             print(f"Distilling the Turbo proxy once (about {EXPECTED_BUILD_MINUTES} minutes on 2 CPU cores, after "
                   f"the proxy it learns from); it is cached in {folder}", flush=True)
-        subprocess.run([comfyui_python(comfy_root), str(HERE), "build", "--comfyui", str(comfy_root)], check=True)
+        subprocess.run([comfyui_python(comfy_root), "-m", "devkit.krea2_turbo_proxy", "build", "--comfyui",
+                        str(comfy_root)], check=True, cwd=HERE.parents[1])
     teacher = teacher_proxy.ensure_proxy(comfy_root, quiet=True)
     info = json.loads((folder / BUILD_INFO_NAME).read_text())
     return teacher_proxy.Proxy(folder / CHECKPOINT_NAME, teacher.codec, info)
@@ -310,7 +322,7 @@ def main(argv: list[str]) -> int:
     if args.command == "path":
         print(cache_dir())
         return 0
-    from comfy_harness import find_comfyui
+    from devkit.comfy_harness import find_comfyui
 
     comfy_root = args.comfyui or find_comfyui()
     if args.command == "ensure":
@@ -325,16 +337,12 @@ def main(argv: list[str]) -> int:
     if overrides and args.out is None:
         raise SystemExit("--set needs --out: the cache holds only builds of the generator's own settings")
     out = args.out or cache_dir()
-    # Through a private folder renamed when complete, as the proxy's build: no half-written build is kept.
-    work = out if args.out else out.with_name(f"{out.name}.partial-{os.getpid()}")
-    info = build(comfy_root, work, settings)
-    if work != out:
-        try:
-            work.rename(out)
-        except OSError:   # another build finished first: the same weights (deterministic), keep those
-            import shutil
+    if args.out:
+        info = build(comfy_root, out, settings)
+    else:
+        from devkit import proxy_build
 
-            shutil.rmtree(work, ignore_errors=True)
+        info = proxy_build.build_into(out, lambda work: build(comfy_root, work, settings))
     check = info["held_out"]
     print(f"Turbo proxy built in {out}: {info['wall_s']} s wall; held out, MAE/255 against the teacher's "
           f"{settings.teacher_steps}-step CFG {settings.teacher_cfg:g} image at {settings.steps} steps CFG 1: "
