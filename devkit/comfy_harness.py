@@ -186,7 +186,7 @@ class ComfyServer:
                 self.get("/system_stats")
                 return self
             except (urllib.error.URLError, ConnectionError, OSError):
-                time.sleep(0.5)
+                time.sleep(0.1)
         raise RuntimeError(f"ComfyUI did not start in {timeout}s:\n{self.log_tail()}")
 
     def stop(self):
@@ -252,13 +252,15 @@ class ComfyServer:
     def wait(self, prompt_id: str, timeout: float = 600.0) -> dict:
         """The history entry of a finished prompt (success or error)."""
         deadline = time.time() + timeout
+        pause = 0.005   # a tiny model's prompt takes tenths of a second: look often at first, then less often
         while time.time() < deadline:
             history = self.get(f"/history/{prompt_id}")
             if prompt_id in history and history[prompt_id].get("status", {}).get("completed") is not None:
                 entry = history[prompt_id]
                 if entry["status"].get("status_str") in ("success", "error"):
                     return entry
-            time.sleep(0.2)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.2)
         raise TimeoutError(f"prompt {prompt_id} did not finish in {timeout}s\n{self.log_tail()}")
 
     def run(self, prompt: dict, timeout: float = 600.0) -> dict:
