@@ -30,6 +30,7 @@ from ..adapters.families.registry import (ANY_SCOPE, NodeScope, ResolvedTransfor
 from ..adapters.methods import DBCACHE, Method
 from ..adapters.record.run_record import RunMeta, record_or_none, skipped_record
 from ..adapters.sampling.loop_drift import LoopDrift
+from ..adapters.sampling.seam import CallRoute, Run
 from ..adapters.sampling.step_clock import StepClock, churned_start_sigmas
 from . import conditioning_identity, multi_gpu, routes
 from .guidance import read_guidance
@@ -42,7 +43,7 @@ KEY = "krea2_cachedit"
 # sources, and ComfyUI's compile node filters out the guards that check its keys, so a later
 # compiled run without this node would fail on the missing key.
 # Under multi-GPU sampling, each device's copy of the model has its own entry (read from its thread).
-_active_runs: dict[int, object] = {}   # a method's run (a SamplingRun) or one device's DeviceRun
+_active_runs: dict[int, CallRoute] = {}   # a method's run (a SamplingRun) or one device's DeviceRun
 WrappersMP = comfy.patcher_extension.WrappersMP
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,8 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
         _publish(holder, meta, clock, run, refusal)
 
 
-def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host, plan, clock, conds_per_step: int):
+def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host, plan, clock,
+              conds_per_step: int) -> tuple[Run | None, str | None]:
     """The method's run for this sampling (one device or several), or None and why it runs uncached."""
     devices, refusal = [], None
     on_devices = multi_gpu.sampling_devices(guider.model_patcher)
@@ -149,11 +151,11 @@ def _open_run(guider, holder: CacheDiTHolder, target: ResolvedTransformer, host,
         return None, refusal
     return holder.method.open_run(plan, clock, target=target, host=host, conds_per_step=conds_per_step,
                                   devices=devices, node_name=holder.node_name,
-                                  tell_block_index=block_index_teller(target),
-                                  text_reuse_off=conditioning_identity.run_refusal(guider)), None
+                                  text_reuse_off=conditioning_identity.run_refusal(guider),
+                                  offers={"tell_block_index": lambda: block_index_teller(target)}), None
 
 
-def _publish(holder: CacheDiTHolder, meta: RunMeta, clock: StepClock, run, refusal: str | None):
+def _publish(holder: CacheDiTHolder, meta: RunMeta, clock: StepClock, run: Run | None, refusal: str | None):
     """Every record of this sampling run, at its end: the nodes this one replaces, then its own."""
     for node_id, node_name in holder.superseded:
         reason = (f"{holder.node_name} node {holder.node_id} after this one on the same model replaces this node's "

@@ -1,5 +1,5 @@
 // Shows the stats of the last sampling run on each of the pack's cache nodes (Krea2CacheDiT,
-// CacheDiTDBCache, and CacheDiTSpectrum, whose steps show as "forecast" where the others' show "cached").
+// CacheDiTDBCache, and CacheDiTSpectrum), each in its method's words: skipped steps "cached" or "forecast".
 //
 // Only the frontend's public extension API is used (registerExtension hooks,
 // node.addDOMWidget, api events and fetchApi, the settings), and every style is
@@ -92,8 +92,14 @@ function message(key) {
 const t = (key, params = {}) => (message(key) ?? key)
   .replace(/\{(\w+)\}/g, (whole, name) => (name in params ? String(params[name]) : whole));
 
-// Whole-call forecasting runs: their steps are "forecast" ones (record.forecast_steps), and no residual is measured.
-const isForecast = (record) => record.method?.name === "forecast";
+// How to read a run, as its method says (record.method): its word for a step whose blocks it skipped ("cached",
+// "forecast"), which names the step state, the record's `${word}_steps` fields and the strings that count them; and
+// whether it measures a residual change per step (the chart). A run left uncached names no method: "cached", and
+// its chart says nothing was measured.
+const skippedState = (record) => record.method?.skipped_state ?? "cached";
+const measuresResiduals = (record) => record.method?.measures_residuals ?? true;
+// The key of a string said in a method's word: `keys` has one per word the panel has strings for.
+const byWord = (word, keys) => keys[word] ?? keys.cached;
 
 // "Forecast: spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8" (m, lambda, w: the inputs' symbols); a share
 // of the extrapolation and a target other than the defaults by their inputs' names, as the log line says them:
@@ -294,8 +300,9 @@ function render(panel, record) {
   const out = rows(panel);
   const steps = record.steps;
   const partial = record.partial_steps?.length ? t("partial", { count: record.partial_steps.length }) : "";
-  const skipped = (isForecast(record) ? record.forecast_steps : record.cached_steps) ?? [];
-  out.add(el("div", {}, t(isForecast(record) ? "forecast_steps" : "cached_steps",
+  const word = skippedState(record);
+  const skipped = record[`${word}_steps`] ?? [];
+  out.add(el("div", {}, t(byWord(word, { cached: "cached_steps", forecast: "forecast_steps" }),
     { count: skipped.length, steps, partial })), LINE);
   if (record.status && record.status !== "ok") {
     // interrupted, error, or skipped (left uncached on purpose; the warning below says why)
@@ -321,7 +328,7 @@ function render(panel, record) {
   }
   out.add(el("div", {}, t("cfg", { mode: record.cfg_mode ?? t("cfg_no_call"),
     separate: t(record.has_separate_cfg ? "on" : "off") })), LINE);
-  if (isForecast(record)) {
+  if (record.method?.forecast) {  // a method that forecasts names its forecaster
     const line = el("div", {}, forecastText(record.method));
     line.dataset.role = "forecast";
     line.title = t("forecast_title", { steps: record.method.computed_steps.join(", ") });
@@ -338,9 +345,9 @@ function render(panel, record) {
     // Multi-GPU sampling: a cache per device, each step cached on all of them or on none.
     const line = el("div", {}, t("devices", { count: devices.length, devices: devices.map((d) => d.device).join(", ") }));
     line.dataset.role = "devices";
-    line.title = devices.map((d) => t(isForecast(record) ? "device_forecast" : "device_cached", {
+    line.title = devices.map((d) => t(byWord(word, { cached: "device_cached", forecast: "device_forecast" }), {
       device: d.device, calls: d.calls, mode: d.cfg_mode, separate: t(d.has_separate_cfg ? "on" : "off"),
-      count: (isForecast(record) ? d.forecast_steps : d.cached_steps).length })).join("\n");
+      count: (d[`${word}_steps`] ?? []).length })).join("\n");
     out.add(line, LINE);
   }
 
@@ -357,10 +364,10 @@ function render(panel, record) {
   out.add(strip, 18);
 
   const legend = el("div", { fontSize: "10px", opacity: "0.8" });
-  for (const state of [isForecast(record) ? "forecast" : "cached", "partial", "computed"]) {
+  for (const state of [word, "partial", "computed"]) {
     legend.append(el("span", { color: STATE_COLORS[state] }, "■"), el("span", { marginRight: "8px" }, ` ${stateName(state)} `));
   }
-  const chart = Array.isArray(record.residual_diffs) && record.residual_diffs.length > 0 && !isForecast(record);
+  const chart = Array.isArray(record.residual_diffs) && record.residual_diffs.length > 0 && measuresResiduals(record);
   if (chart) legend.append(el("span", { color: CHART.threshold }, "━"), el("span", {}, ` ${t("legend_threshold")}`));
   out.add(legend, LINE);
 

@@ -15,12 +15,16 @@ the run needs per call:
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import torch
 
 from ..families.registry import BlockList, BlockModulation
-from ..sampling.sampling_run import BlockIndexTeller
 from .residual_trace import StreamTrace
+
+# Told each block's true place before it runs: (index, blocks in its list, the block's keyword
+# arguments, the list's block type or None). Under cache-dit the model's loop sees one wrapper per list.
+BlockIndexTeller = Callable[[int, int, dict, "str | None"], None]
 
 
 class BlockProbe:

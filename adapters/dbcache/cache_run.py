@@ -19,10 +19,10 @@ import contextlib
 
 from ..families.registry import ResolvedTransformer
 from ..sampling.call_router import CallLayout, StreamKey
-from ..sampling.sampling_run import BlockIndexTeller, CallWork, SamplingRun, Vote
+from ..sampling.sampling_run import CallWork, SamplingRun, Vote
 from ..sampling.step_clock import StepClock
 from .block_contract import BlockContract
-from .block_probe import BlockProbe, ModulationSlices
+from .block_probe import BlockIndexTeller, BlockProbe, ModulationSlices
 from .cache_dit_bridge import CachedModule, ListToCache, context_configs
 from .cache_dit_logs import quiet_cache_dit
 from .calibrators import calibrator_config

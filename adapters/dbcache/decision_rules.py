@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..record.stream_report import StreamReport
+from ..sampling.stream_report import StreamReport
 from .residual_trace import StreamTrace
 
 # Reasons, as reported per step.

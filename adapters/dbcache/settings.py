@@ -102,6 +102,7 @@ class DBCachePlan:
         return self.settings.steps_mask
 
     skipped_state = "cached"   # what the record calls a step whose middle blocks were skipped
+    measures_residuals = True  # the threshold decides on each step's residual change
 
     def method_summary(self) -> dict:
         """The method as the record shows it (its settings are the record's ``settings``)."""
@@ -120,6 +121,14 @@ class DBCachePlan:
                 suggestion["equal_cost_steps"] = self.steps_costing(len(suggestion["cached_steps"]), blocks)
         return {"threshold_suggestions": suggestions,
                 "calibrator": calibrator_summary(dataclasses.asdict(self.settings), streams)}
+
+    def method_text(self, parts: dict) -> str:
+        """The log line's words for what ran besides the counts: the calibrator and the parameters it read."""
+        calibrator = parts.get("calibrator")
+        if not calibrator:
+            return "calibrator none"
+        parameters = [f"{key}={value}" for key, value in calibrator.items() if key != "name"]
+        return "calibrator " + calibrator["name"] + (f" ({', '.join(parameters)})" if parameters else "")
 
     @property
     def fixes_its_steps(self) -> bool:

@@ -352,22 +352,26 @@ FORECAST_SCOPE = NodeScope(
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedTransformer:
-    """A supported transformer found inside a host model."""
+    """A supported transformer found inside a host model.
+
+    Its block lists are read from the module once, when it is made: a run resolves its transformer once, before
+    any method wraps or empties those lists, and every part of the run (the plan, the run, its contracts) reads
+    the same lists from here.
+    """
 
     family: TransformerFamily
     module: torch.nn.Module
+    # The family's block lists that hold blocks on this module, in loop order: each is a cache context. A list
+    # the model was built without (HunyuanVideo 1.5 has no single-stream blocks) runs nothing in the loop and
+    # is no context.
+    block_lists: tuple[BlockList, ...] = dataclasses.field(init=False, compare=False, repr=False)
+    # The module's block lists themselves (those of ``block_lists``), in the order its loop runs them.
+    block_modules: tuple[torch.nn.ModuleList, ...] = dataclasses.field(init=False, compare=False, repr=False)
 
-    @property
-    def block_lists(self) -> tuple[BlockList, ...]:
-        """The family's block lists that hold blocks on this module, in loop order: each is a cache context.
-        A list the model was built without (HunyuanVideo 1.5 has no single-stream blocks) runs nothing in
-        the loop and is no context."""
-        return tuple(entry for entry in self.family.block_lists if len(getattr(self.module, entry.attr)))
-
-    @property
-    def block_modules(self) -> list[torch.nn.ModuleList]:
-        """The module's block lists themselves (those of ``block_lists``), in the order its loop runs them."""
-        return [getattr(self.module, blocks.attr) for blocks in self.block_lists]
+    def __post_init__(self):
+        lists = tuple(entry for entry in self.family.block_lists if len(getattr(self.module, entry.attr)))
+        object.__setattr__(self, "block_lists", lists)
+        object.__setattr__(self, "block_modules", tuple(getattr(self.module, entry.attr) for entry in lists))
 
     @property
     def num_blocks(self) -> int:

@@ -27,11 +27,11 @@ import contextlib
 import torch
 
 from ..families.registry import ResolvedTransformer
-from ..record.stream_report import StreamReport
 from ..sampling.block_count import BlockCounter
 from ..sampling.call_router import CallLayout, StreamKey
 from ..sampling.sampling_run import CallWork, SamplingRun, Vote
 from ..sampling.step_clock import StepClock
+from ..sampling.stream_report import StreamReport
 from .feature_forecast import FeatureHistory
 from .final_layer_contract import FeatureArgument, FinalLayerContract
 from .final_layer_output import FinalLayerOutputSeam, FinalOutputContract
@@ -131,7 +131,7 @@ class ForecastRun(SamplingRun):
     evidence = "the model's final layer"
 
     def __init__(self, target: ResolvedTransformer, plan: ForecastPlan, clock: StepClock, conds_per_step: int, *,
-                 node_name: str, host=None, text_reuse_off: str | None = None, tell_block_index=None):
+                 node_name: str, host=None, text_reuse_off: str | None = None):
         super().__init__(target, plan, clock, conds_per_step, node_name=node_name, host=host,
                          text_reuse_off=text_reuse_off)
         self.counter = BlockCounter(target.block_modules)

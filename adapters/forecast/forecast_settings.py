@@ -102,6 +102,7 @@ class ForecastPlan:
         return step >= self.steps or bool(self.mask[step])
 
     skipped_state = "forecast"   # what the record calls a step whose blocks were skipped
+    measures_residuals = False   # the schedule decides; no residual is measured
 
     def method_summary(self) -> dict:
         """The method as the record shows it: its name and what it ran with."""
@@ -109,6 +110,16 @@ class ForecastPlan:
         return {"name": "forecast", "preset": self.settings.preset,
                 **dataclasses.asdict(forecast), **dataclasses.asdict(schedule),
                 "computed_steps": [step for step, computed in enumerate(self.mask) if computed]}
+
+    def method_text(self, parts: dict) -> str:
+        """The log line's words for what ran besides the counts: the forecast, its share and target where they are
+        not the defaults, and the preset: "forecast linear (extrapolation 0.7, target output) (preset custom)" (the
+        panel says it alike, web/krea2_cachedit.js)."""
+        forecast = self.settings.forecast
+        shown = ([f"extrapolation {forecast.extrapolation:g}"] if forecast.extrapolation != 1.0 else []) + \
+            ([f"target {forecast.target}"] if forecast.target != "feature" else [])
+        return (f"forecast {forecast.forecast}" + (f" ({', '.join(shown)})" if shown else "") +
+                f" (preset {self.settings.preset})")
 
 
 def plan_forecast_run(settings: ForecastSettings, steps: int) -> ForecastPlan:

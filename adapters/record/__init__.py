@@ -1,5 +1,7 @@
 """A finished run's record (``run_record``), shared by the log line, the HTTP route and the panel;
-``stream_report``: each stream's entry; ``strict_json``: everything published is strict JSON.
+``strict_json``: everything published is strict JSON.
 
-Never imports a method (``dbcache``, ``forecast``): a method's own parts come from its plan.
+Built from what ``sampling`` observed (the arrow runs one way: ``sampling`` never imports the record). Never
+imports a method (``dbcache``, ``forecast``): a method's words and its own parts come from its plan
+(``sampling.seam.RunPlan``).
 """

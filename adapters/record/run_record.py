@@ -18,7 +18,8 @@ from typing import Sequence
 import torch
 
 from ..sampling.observation import Call, ParallelOutcome, RunObservation, RunOutcome
-from .stream_report import StreamReport
+from ..sampling.seam import RunPlan
+from ..sampling.stream_report import StreamReport
 from .strict_json import finite_or_null, replaced_warning
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,10 @@ class RunRecord:
     node_id: str = ""
     prompt_id: str = ""
     model: str = ""                   # the family's name ("" for a run left uncached)
-    method: dict = dataclasses.field(default_factory=dict)   # {"name": "dbcache"} or {"name": "forecast", what it
-                                                              # ran with}; empty for a run left uncached
+    # The method's own summary (``RunPlan.method_summary``: {"name": "dbcache"}, or {"name": "forecast", what it ran
+    # with}) and how to read the record, in its words: ``skipped_state`` ("cached", "forecast") and
+    # ``measures_residuals``; empty for a run left uncached.
+    method: dict = dataclasses.field(default_factory=dict)
     steps_mask: str = "none"
     mask: list[int] | None = None     # the step mask built for this run (1 = compute), None without one
     steps: int = 0
@@ -100,6 +103,14 @@ class RunRecord:
     # for the run (every decided call of the step, on every device, skipped that list's middle blocks).
     # A step is in the run's ``cached_steps`` only when every list skipped it. Empty for one list.
     block_lists: list = dataclasses.field(default_factory=list)
+    # What ran besides the counts, in the method's words for the log line (``RunPlan.method_text``); not published:
+    # the panel says it from ``method`` and ``calibrator`` in the editor's language.
+    method_text: str = dataclasses.field(default="calibrator none", metadata={"published": False})
+
+    @property
+    def skipped_state(self) -> str:
+        """The method's word for a step whose blocks it skipped ("cached" for a run left uncached)."""
+        return self.method.get("skipped_state", "cached")
 
     @property
     def skipped_steps(self) -> list[int]:
@@ -149,7 +160,8 @@ class RunRecord:
         """The record as strict JSON data: a non-finite number becomes None, with a warning saying where."""
         # The fields as they are: ``finite_or_null`` copies every dict and list on its way (a deep copy
         # first, as ``dataclasses.asdict`` makes, would copy it all twice).
-        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        data = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.metadata.get("published", True)}
         data["blocks_saved"] = round(self.blocks_saved, 4)
         data["ideal_speedup"] = round(self.ideal_speedup, 4)
         data["estimated_speedup"] = round(self.estimated_speedup, 4)
@@ -163,15 +175,14 @@ class RunRecord:
         return data
 
     def log_line(self, node_name: str) -> str:
-        skipped, word = ((self.forecast_steps, "forecast") if self.method.get("name") == "forecast" else
-                         (self.cached_steps, "cached"))
         calls = self.calls_text()
-        return (f"{node_name} [node {self.node_id or '?'}]: {word} steps {len(skipped)}/{self.steps}"
+        return (f"{node_name} [node {self.node_id or '?'}]: {self.skipped_state} steps {len(self.skipped_steps)}/"
+                f"{self.steps}"
                 f"{f' (+{len(self.partial_steps)} partial)' if self.partial_steps else ''}, "
                 f"block evaluations saved {self.block_evals_uncached - self.block_evals}/{self.block_evals_uncached} "
                 f"({self.blocks_saved:.0%}), {f'{calls}, ' if calls else ''}"
                 f"CFG {self.cfg:g} mode {self.cfg_mode or 'n/a (no model call)'}, "
-                f"has_separate_cfg={self.has_separate_cfg}, {_method_text(self.method, self.calibrator)}, "
+                f"has_separate_cfg={self.has_separate_cfg}, {self.method_text}, "
                 f"{f'{self.device_count} devices, ' if self.device_count > 1 else ''}"
                 f"~{self.estimated_speedup:.2f}x, {self.estimated_saved_s:.2f} s saved (estimated)"
                 f"{'' if self.status == 'ok' else f', run {self.status}'}")
@@ -195,24 +206,6 @@ def steps_costing_as_much(steps: int, block_evals: int, block_evals_uncached: in
     Rounded up: when the cache saved part of a step, fewer steps get that part, the benefit of the doubt.
     """
     return -(-steps * block_evals // block_evals_uncached) if block_evals_uncached else 0
-
-
-def _forecaster_text(method: dict) -> str:
-    """The forecast, and its share and target where they are not the defaults: "linear", "linear (extrapolation
-    0.7, target output)" (the panel says it alike, web/krea2_cachedit.js)."""
-    share, target = method.get("extrapolation", 1.0), method.get("target", "feature")
-    parts = ([f"extrapolation {share:g}"] if share != 1.0 else []) + ([f"target {target}"] if target != "feature" else [])
-    return f"{method.get('forecast')}" + (f" ({', '.join(parts)})" if parts else "")
-
-
-def _method_text(method: dict, calibrator: dict | None) -> str:
-    """What ran besides the counts: a forecast's forecaster and preset, or DBCache's calibrator."""
-    if method.get("name") == "forecast":
-        return f"forecast {_forecaster_text(method)} (preset {method.get('preset')})"
-    if not calibrator:
-        return "calibrator none"
-    parameters = [f"{key}={value}" for key, value in calibrator.items() if key != "name"]
-    return "calibrator " + calibrator["name"] + (f" ({', '.join(parameters)})" if parameters else "")
 
 
 # --- building --------------------------------------------------------------------------------
@@ -240,9 +233,9 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
     plan, clock, observations, parallel = outcome.plan, outcome.clock, outcome.observations, outcome.parallel
     steps = clock.steps
     overridden = parallel.overridden if parallel else {}
-    devices = [_DeviceView(o, steps, plan.skipped_state) for o in observations]
-    calls = [call for o in observations for call in o.calls]
     word = plan.skipped_state
+    devices = [_DeviceView(o, steps, word) for o in observations]
+    calls = [call for o in observations for call in o.calls]
     states, skipped, partial = summarize_steps(calls, steps, word)
     working = [d for d in devices if d.observation.calls]
     modes = [d.observation.cfg_mode for d in working]
@@ -250,15 +243,18 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
     duration = parallel.wall_s if parallel else sampling_seconds(observations[0].calls)
     sigmas = [call_sigmas(o.calls) for o in observations]   # one device read each
     streams = [stream for d in devices for stream in d.streams(overridden, labelled=parallel is not None)]
+    parts = plan.record_parts(observations, streams)
     return RunRecord(
         node_id=str(meta.node_id), prompt_id=str(meta.prompt_id), model=outcome.family,
-        method=plan.method_summary(), steps_mask=plan.mask_name, mask=list(plan.mask) if plan.mask else None,
+        method={**plan.method_summary(), "skipped_state": word, "measures_residuals": plan.measures_residuals},
+        method_text=plan.method_text(parts),
+        steps_mask=plan.mask_name, mask=list(plan.mask) if plan.mask else None,
         steps=steps, sigmas=[round(v, 6) for v in clock.sigmas], cfg=float(meta.cfg), guidance=dict(meta.guidance),
         # "split" across devices: the step's conds went to several devices (each one's own mode is in ``devices``).
         cfg_mode="split" if len(modes) > 1 else (modes[0] if modes else observations[0].cfg_mode),
         has_separate_cfg=any(o.has_separate_cfg for o in observations),
         settings=dataclasses.asdict(plan.settings), step_states=states, partial_steps=partial,
-        cached_steps=skipped if word == "cached" else [], forecast_steps=skipped if word == "forecast" else [],
+        **{f"{word}_steps": skipped},   # the record's field of the method's word (``cached_steps``, ...)
         calls=len(calls), extra_calls=sum(not c.routed for c in calls),
         cache_contexts=max(o.cache_contexts for o in observations),
         call_log=_call_log(observations, sigmas, merged=parallel is not None),
@@ -272,22 +268,22 @@ def build(outcome: RunOutcome, meta: RunMeta) -> RunRecord:
         residual_diffs=[_max_or_none(d.diffs[s] for d in devices) for s in range(steps)],
         step_reasons=[_step_reason(working, step, state, overridden) for step, state in enumerate(states)],
         streams=streams,
-        **plan.record_parts(observations, streams),
+        **parts,
         devices=[d.summary(own) for d, own in zip(devices, sigmas)] if parallel else [],
         parallel_block_evals=list(parallel_block_evals(observations)) if parallel else None,
         text_path=_text_path(observations),
-        block_lists=_block_lists(observations, steps),
+        block_lists=_block_lists(observations, steps, word),
     )
 
 
-def _block_lists(observations: Sequence[RunObservation], steps: int) -> list[dict]:
-    """Each block list's own cached steps over the devices' calls (several lists only)."""
+def _block_lists(observations: Sequence[RunObservation], steps: int, word: str) -> list[dict]:
+    """Each block list's own skipped steps (``word``: "cached") over the devices' calls (several lists only)."""
     lists = []
     for position, (attr, size) in enumerate(observations[0].block_lists):
         per_list = [dataclasses.replace(call, skipped=call.list_skipped[position]) if call.list_skipped else call
                     for observation in observations for call in observation.calls]
-        _, cached, partial = summarize_steps(per_list, steps, "cached")
-        lists.append({"blocks": attr, "size": size, "cached_steps": cached, "partial_steps": partial})
+        _, skipped, partial = summarize_steps(per_list, steps, word)
+        lists.append({"blocks": attr, "size": size, f"{word}_steps": skipped, "partial_steps": partial})
     return lists
 
 
@@ -328,7 +324,7 @@ class _DeviceView:
             # A step's reason is that of a stream whose outcome is the step's outcome.
             if self.reasons[step] is None or (self.states[step] != self.word and step not in skipped):
                 self.reasons[step] = reason
-        self._streams.append(report.as_dict(self.word))
+        self._streams.append(_stream_entry(report, self.word))
 
     def streams(self, overridden: dict[int, dict[str | None, list[str]]], labelled: bool) -> list[dict]:
         if not labelled:
@@ -345,10 +341,19 @@ class _DeviceView:
                 "module_id": o.module_id, "cfg_mode": o.cfg_mode, "has_separate_cfg": o.has_separate_cfg,
                 "cache_contexts": o.cache_contexts, f"{self.word}_steps": self.skipped, "partial_steps": self.partial,
                 "block_evals": sum(c.blocks_run for c in o.calls),
-                **({"block_lists": _block_lists([o], len(self.states))} if o.block_lists else {}),
+                **({"block_lists": _block_lists([o], len(self.states), self.word)} if o.block_lists else {}),
                 # per call: [step, branches, decided by the method, blocks_run, sigma, thread]
                 "call_log": [[c.step, list(c.branches), c.routed, c.blocks_run, sigma, c.thread]
                              for c, sigma in zip(o.calls, sigmas)]}
+
+
+def _stream_entry(report: StreamReport, word: str) -> dict:
+    """The record's ``streams`` entry of one stream; ``word`` names its skipped steps as the method's record does
+    ("cached_steps", "forecast_steps")."""
+    return {"branches": list(report.branches), "context": report.context,
+            **({"blocks": report.blocks} if report.blocks is not None else {}),
+            "start_step": report.start_step, "residual_diffs": list(report.residual_diffs), "steps": list(report.steps),
+            f"{word}_steps": list(report.skipped_steps), "step_reasons": list(report.step_reasons)}
 
 
 def _step_reason(working: list[_DeviceView], step: int, state: str,
@@ -359,7 +364,7 @@ def _step_reason(working: list[_DeviceView], step: int, state: str,
     return own[0] if own else next((d.reasons[step] for d in working), None)
 
 
-def _warnings(plan, clock, observations, meta: RunMeta, parallel: ParallelOutcome | None) -> list[str]:
+def _warnings(plan: RunPlan, clock, observations, meta: RunMeta, parallel: ParallelOutcome | None) -> list[str]:
     warnings = list(dict.fromkeys([*plan.warnings, *(w for o in observations for w in o.warnings)]))
     for step, missing in (parallel.timeouts if parallel else {}).items():
         warnings.append(f"Step {step}: {', '.join(missing)} got no work in this step (the conds changed), so "

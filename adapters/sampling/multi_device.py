@@ -40,7 +40,8 @@ import torch
 
 from ..families.registry import ResolvedTransformer
 from .observation import ParallelOutcome, RunObservation, RunOutcome
-from .sampling_run import BlockIndexTeller, SamplingRun
+from .sampling_run import SamplingRun
+from .seam import RunPlan
 from .step_clock import StepClock
 
 # The least time a device that voted "cache" waits for the votes of the devices that voted in the
@@ -258,11 +259,14 @@ class DeviceRun:
 
 class MultiDeviceRun:
     """One sampling run on several devices: a run of the method (``run_type``) per device, their observations side
-    by side, and one decision per step (and block list) for all of them."""
+    by side, and one decision per step (and block list) for all of them.
 
-    def __init__(self, devices: list[DeviceModel], plan, clock: StepClock, *, run_type: type[SamplingRun],
-                 node_name: str, tell_block_index: BlockIndexTeller | None = None, min_wait_s: float = MIN_WAIT_S,
-                 text_reuse_off: str | None = None):
+    ``run_options``: what the method's run takes beyond every run's arguments (see ``Method``), handed to each
+    device's run."""
+
+    def __init__(self, devices: list[DeviceModel], plan: RunPlan, clock: StepClock, *, run_type: type[SamplingRun],
+                 node_name: str, min_wait_s: float = MIN_WAIT_S, text_reuse_off: str | None = None,
+                 run_options: dict | None = None):
         if len({id(d.host) for d in devices}) != len(devices):
             raise ValueError("each device needs its own copy of the model")
         self.plan = plan
@@ -274,8 +278,8 @@ class MultiDeviceRun:
         for device in devices:
             device_clock = self.clock.for_device(device.label)
             run = run_type(device.target, plan, device_clock, conds_per_step=device.conds_per_step,
-                           node_name=node_name, host=device.host, tell_block_index=tell_block_index,
-                           text_reuse_off=text_reuse_off)
+                           node_name=node_name, host=device.host, text_reuse_off=text_reuse_off,
+                           **(run_options or {}))
             self.devices.append(DeviceRun(device, run, device_clock, self.consensus))
         self.observations: list[RunObservation] = []
         self.parallel: ParallelOutcome | None = None

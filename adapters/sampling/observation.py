@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..record.stream_report import StreamAccount
+from .seam import RunPlan
+from .stream_report import StreamAccount
 from .text_path import TextPathCounts
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class ParallelOutcome:
 class RunOutcome:
     """What a finished run hands back for its record: the plan, the clock, one observation per device."""
 
-    plan: object                # the method's plan (its settings, record_parts, skipped_state, ...)
+    plan: RunPlan               # the method's plan: what the record says of the method
     clock: StepClock            # its steps, sigmas and warnings (a multi-device run's shared view of it)
     family: str                 # the family's name (the record's ``model``)
     observations: tuple[RunObservation, ...]   # empty when the run never started (enabling failed)

@@ -22,6 +22,7 @@ whole-call forecasting) adds only what differs:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import threading
@@ -30,17 +31,14 @@ from typing import Callable
 import torch
 
 from ..families.registry import ResolvedTransformer
-from ..record.stream_report import StreamAccount
 from .call_router import CallLayout, CallRouter, StreamKey
 from .foreign_serves import ForeignServeWatch
 from .loop_drift import LoopDrift
 from .observation import Call, CallTimer, RunObservation, RunOutcome, exit_status
+from .seam import RunPlan
 from .step_clock import StepClock
+from .stream_report import StreamAccount
 from .text_path import TextPathReuse
-
-# Told each block's true place before it runs: (index, blocks in its list, the block's keyword
-# arguments, the list's block type or None). Under cache-dit the model's loop sees one wrapper per list.
-BlockIndexTeller = Callable[[int, int, dict, "str | None"], None]
 
 # A device's vote on one decision of a step: (its own decision, the position of the block list it is on) ->
 # what it must do so that every device does alike.
@@ -57,20 +55,21 @@ class CallWork:
     evidence_ran: int = 0                 # how often the part the method always runs ran (``evidence``)
 
 
-class SamplingRun:
+class SamplingRun(abc.ABC):
     """A method on ``target`` for one sampling run; use as a context manager.
 
     ``node_name`` is the node the user placed, which the run's log lines speak for. ``host`` is the
     module the sampler calls (the transformer, or a module around it); calls into any other module
-    (e.g. a copy on another GPU) are not this run's.
+    (e.g. a copy on another GPU) are not this run's. A method's run implements every abstract method
+    below (a run missing one cannot be made); what it needs beyond these arguments it declares in its
+    own ``__init__`` (DBCache: ``tell_block_index``), and only that method is handed it (``Method``).
     """
 
     evidence = "a transformer block"   # what the method always runs of a call it decides
     parallel = None                    # only a run on several devices (``MultiDeviceRun``) has a ParallelOutcome
 
-    def __init__(self, target: ResolvedTransformer, plan, clock: StepClock, conds_per_step: int, *,
-                 node_name: str, host=None, tell_block_index: BlockIndexTeller | None = None,
-                 text_reuse_off: str | None = None):
+    def __init__(self, target: ResolvedTransformer, plan: RunPlan, clock: StepClock, conds_per_step: int, *,
+                 node_name: str, host=None, text_reuse_off: str | None = None):
         self.target, self.plan, self.clock = target, plan, clock
         self.host = host if host is not None else target.module
         self.router = CallRouter(conds_per_step, node_name)
@@ -86,24 +85,30 @@ class SamplingRun:
         self._probed = False
 
     @property
+    @abc.abstractmethod
     def num_blocks(self) -> int:
-        raise NotImplementedError
+        """Blocks a call runs when computed in full."""
 
     # --- the method's part ------------------------------------------------------------
+    @abc.abstractmethod
     def _open(self) -> None:
-        raise NotImplementedError
+        """Put the method's hooks on the module."""
 
+    @abc.abstractmethod
     def _close(self) -> None:
-        raise NotImplementedError
+        """Take them off, whatever happened."""
 
+    @abc.abstractmethod
     def _start_context(self, step: int, layout: CallLayout) -> None:
-        raise NotImplementedError
+        """A fresh context from ``step`` on, for a new call layout."""
 
+    @abc.abstractmethod
     def _call(self, step: int, key: StreamKey, routed: bool) -> contextlib.AbstractContextManager[CallWork]:
-        raise NotImplementedError
+        """The method's part around one model call, filling in the ``CallWork`` it yields."""
 
+    @abc.abstractmethod
     def _streams(self) -> list[StreamAccount]:
-        raise NotImplementedError
+        """Each stream's account for the record."""
 
     def _loop_mismatch(self) -> str | None:
         """The warning when the model's signatures are not what the method relies on (None: they are)."""
@@ -118,12 +123,13 @@ class SamplingRun:
         """What the method adds to its observation (``RunObservation`` fields)."""
         return {}
 
+    @abc.abstractmethod
     def share_decisions(self, vote: Vote) -> None:
         """From now on every decision of this run on a step goes through ``vote`` (one device of several)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def stop_sharing(self) -> None:
-        raise NotImplementedError
+        """Decide on its own again."""
 
     @property
     def ballots(self) -> tuple[str | None, ...]:

@@ -3,6 +3,9 @@
 - ``dbcache`` and ``forecast`` (the two methods) never import each other: a method is added beside them;
 - ``record`` imports neither method: a method's own parts of the record come from its plan;
 - ``sampling`` and ``families`` import no method: they are what every method shares;
+- ``record`` reads what ``sampling`` observed, never the other way: ``sampling`` imports no ``record``;
+- no arrow runs back up anywhere: the packages' imports make no circle (``record`` -> ``sampling`` ->
+  ``record`` would be one, whichever of the two imports the other);
 - nothing in ``adapters`` imports ComfyUI or the pack's ``nodes``: the nodes translate, the adapters work.
 
 Read from the source (every ``import`` and ``from`` statement, also inside functions), not from what a
@@ -22,7 +25,7 @@ FORBIDDEN = {
     "dbcache": {"forecast"},
     "forecast": {"dbcache"},
     "record": {"dbcache", "forecast"},
-    "sampling": {"dbcache", "forecast"},
+    "sampling": {"dbcache", "forecast", "record"},
     "families": {"dbcache", "forecast", "sampling", "record"},
 }
 FOREIGN = ("comfy", "comfy_api", "comfy_execution", "comfy_extras", "folder_paths", "server", "nodes")
@@ -66,6 +69,45 @@ def test_a_package_imports_only_what_its_rule_allows(package):
               for path in sorted((ADAPTERS / package).rglob("*.py"))
               for line, module in imported_modules(path) if _package_of(module) in FORBIDDEN[package]]
     assert not broken, f"adapters/{package} must not import {sorted(FORBIDDEN[package])}:\n" + "\n".join(broken)
+
+
+def package_imports() -> dict[str, set[str]]:
+    """Each package of adapters/ -> the other packages it imports (read as the rules above read them)."""
+    return {package: {imported for path in (ADAPTERS / package).rglob("*.py")
+                      for _, module in imported_modules(path)
+                      if (imported := _package_of(module)) not in (None, package)}
+            for package in PACKAGES}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every circle of ``graph`` once, as the packages along it from its least name back to it."""
+    found = []
+
+    def walk(start: str, path: list[str]):
+        for nxt in sorted(graph.get(path[-1], ())):
+            if nxt == start:
+                found.append([*path, start])
+            elif nxt > start and nxt not in path:
+                walk(start, [*path, nxt])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    return found
+
+
+def test_no_import_arrow_runs_back_up():
+    """The packages' imports make a one-way order: a circle (e.g. ``record`` reading ``sampling``'s observation
+    while ``sampling`` reads ``record``'s types) would tie both ends to each other."""
+    found = circles(package_imports())
+    assert not found, "adapters/ packages import each other in a circle:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_circle_reader_finds_a_circle():
+    """The reader itself: a graph with one circle and one plain arrow has exactly that circle (else the test above
+    could pass by finding nothing), and the real graph has the arrow from ``record`` to ``sampling``."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    assert "sampling" in package_imports()["record"]
 
 
 def test_adapters_import_nothing_of_comfyui_or_the_nodes():

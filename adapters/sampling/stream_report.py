@@ -1,4 +1,4 @@
-"""What one CFG stream of one cache context did, step by step: the record's ``streams`` entries.
+"""What one CFG stream of one cache context did, step by step: what the record's ``streams`` entries are made of.
 
 Each method keeps its own per-stream state while a run goes (DBCache: a residual trace and the
 rules of its context; whole-call forecasting: a feature history and its schedule); each hands out
@@ -10,7 +10,7 @@ for a method the threshold does not decide.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,16 +24,11 @@ class StreamReport:
     residual_diffs: list[float | None]  # DBCache's measured change per step of ``steps`` (None: not measured)
     blocks: str | None = None          # the block list, when the model has several (each its own context)
 
-    def as_dict(self, word: str) -> dict:
-        """The record's entry; ``word`` names the skipped steps as the method's record does ("cached_steps",
-        "forecast_steps")."""
-        return {"branches": list(self.branches), "context": self.context,
-                **({"blocks": self.blocks} if self.blocks is not None else {}),
-                "start_step": self.start_step, "residual_diffs": list(self.residual_diffs), "steps": list(self.steps),
-                f"{word}_steps": list(self.skipped_steps), "step_reasons": list(self.step_reasons)}
 
-
+@runtime_checkable
 class StreamAccount(Protocol):
+    """A stream's account, as a method's run hands it out (``SamplingRun._streams``)."""
+
     advisor_input: tuple | None
 
     def report(self) -> StreamReport: ...
