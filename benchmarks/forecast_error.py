@@ -387,6 +387,8 @@ def main(argv=None):
             out = run_regime(ProxySampler(build.checkpoint), regime, images, build.decode, not args.no_search,
                              progress=lambda text: print(text, flush=True))
             results["regimes"][regime] = {"model": model, "proxy": build.checkpoint.parent.name, **out}
+    results["builds"] = {build.checkpoint.parent.name: {"weights_sha256": build.info["weights_sha256"]}
+                         for build in builds.values()}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False))
 

@@ -51,6 +51,8 @@ def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | Non
             "torch": torch.__version__, "device": "CPU", "threads": threads,
             "proxy": proxy.checkpoint.parent.name, "models": {name: regime.model for name, regime in REGIMES.items()},
             "proxies": {name: builds[regime.model] for name, regime in REGIMES.items()},
+            "builds": {built.checkpoint.parent.name: {"weights_sha256": built.info["weights_sha256"]}
+                       for built in (proxy, turbo_proxy)},
             "image_size": proxy.settings.image_size,
             "sampler": "euler/simple (the fewer-steps rows: their own sampler, simple)",
             "images": [list(i) for i in images], "repeats": repeats,
