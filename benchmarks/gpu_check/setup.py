@@ -35,7 +35,9 @@ from devkit.comfy_harness import comfyui_python, find_comfyui  # stdlib only
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDER = REPO / ".gpu-check"            # what travels to the GPU machine (git-ignored)
-CACHE = REPO / ".gpu-check-cache"       # downloaded and compressed wheels, kept between runs (git-ignored)
+# Downloaded and compressed wheels and inductor's CPU kernels, kept between runs and clones on a machine
+# (beside the proxies' cache): a fresh clone, as CI's, would build the kernels again for minutes.
+CACHE = Path(os.environ.get("KREA2_GPU_CHECK_CACHE") or Path.home() / ".cache" / "krea2-cachedit" / "gpu-check")
 SIZE_LIMIT = 48 * 2**20                 # the machine takes 64 MiB per call, the repository included
 DEVICE_PYTHON = "3.12"
 DEVICE_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
@@ -470,7 +472,7 @@ def make_device_like_env(folder: Path, comfy_python: str) -> Path:
 
 @contextlib.contextmanager
 def exclusive(lock_path: Path):
-    """One smoke run at a time in this checkout: they share their folder and caches."""
+    """One smoke run at a time on this machine: they share their folder and caches."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "w") as lock:
         try:
