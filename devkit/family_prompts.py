@@ -31,18 +31,25 @@ class FamilySpec:
     # every prompt to 512 tokens, so only a longer one stays apart).
     split_tokens: int = 13
     node: str = "CacheDiTDBCache"   # the cache node the family's tests place
-    # The test file that checks this family instead of the shared family checks (those parametrized over
-    # every family): "" when the shared checks run on it. For a family whose every model call is costly
-    # even when shallow, its own file runs what is the family's own, at the fewest steps that show it.
-    own_tests: str = ""
+    # The session fixture (tests/conftest.py) whose server holds its checkpoint: ``family_server`` writes the
+    # cheap ones before it starts; a family whose every model call is costly even when shallow has a fixture of
+    # its own that writes its checkpoint only when one of its tests asks for it.
+    server: str = "family_server"
     # Its text encoder gives the conditioning an attention mask, which the model takes as an argument (LTXV's T5).
     attention_mask: bool = False
+
+    @property
+    def on_demand(self) -> bool:
+        """Its checkpoint is written only when a test asks for its server (not with the session's servers)."""
+        return self.server not in SESSION_SERVERS
 
     @property
     def block_lists(self) -> tuple[tuple[str | None, int], ...]:
         return self.lists or (("double", self.blocks),)
 
 
+# The servers made with the session, holding their families' checkpoints from the start.
+SESSION_SERVERS = ("comfy_server", "family_server")
 FLUX = "Flux.1 / Flux.2 (ComfyUI native)"
 FLUX_LISTS = (("double", 2), ("single", 3))
 CHROMA = "Chroma (ComfyUI native)"
@@ -51,7 +58,7 @@ HUNYUAN = "HunyuanVideo / HunyuanImage 2.1 (ComfyUI native)"
 FAMILIES = {
     # The session's tiny Krea-2 (conftest's comfy_server): krea2_prompt's own graph.
     "krea2": FamilySpec(TINY_MODEL, "Krea-2 (ComfyUI native)", 4, TINY_CONTEXT_FEATURES, None,
-                        node="Krea2CacheDiT"),
+                        node="Krea2CacheDiT", server="comfy_server"),
     "wan": FamilySpec(FAMILY_MODELS["wan"], "Wan 2.1/2.2 (ComfyUI native)", 4, 4096, {
         "class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": 64, "height": 64, "length": 5, "batch_size": 1}}),
     "zimage": FamilySpec(FAMILY_MODELS["zimage"], "Z-Image / Lumina 2 (ComfyUI native)", 2, 64, {
@@ -70,26 +77,24 @@ FAMILIES = {
     # its own tests, on a 32x32 image (4 image tokens), the checkpoint built only when they run.
     "chroma": FamilySpec(FAMILY_MODELS["chroma"], CHROMA, 4, 64, {
         "class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}},
-        lists=(("double", 2), ("single", 2)), own_tests="test_families_chroma_comfyui.py"),
+        lists=(("double", 2), ("single", 2)), server="chroma_server"),
     # LTXV: 4 blocks 128 wide on a 64x64, 9-frame video latent (128 channels, 2 latent frames of 2x2),
     # the caption projection taking 4096; its own tests, with ComfyUI's LTXV nodes.
     "ltxv": FamilySpec(FAMILY_MODELS["ltxv"], "LTXV (ComfyUI native)", 4, 4096, {
         "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},
-        own_tests="test_families_ltxv_comfyui.py", attention_mask=True),
+        server="ltxv_server", attention_mask=True),
     # HunyuanVideo 1.5 t2v (3 double blocks, no single ones, as the real 54 + 0) on a 5-frame 64x64 video latent
     # (32 channels, 2x4x4 tokens), and HunyuanImage 2.1 (2 double + 2 single) on a 128x128 image (4x4 tokens
     # of 64 channels). ComfyUI's HunyuanVideo conds read a pooled vector, which the model ignores without
-    # vector_in (1.5 and Image 2.1 have none). Nothing of their own beyond the scenario set of the families with
-    # tests of their own (tests/families/test_family_scenarios_comfyui.py), which is theirs.
+    # vector_in (1.5 and Image 2.1 have none). Nothing of their own beyond the family scenario set
+    # (tests/families/test_family_scenarios_comfyui.py).
     "hunyuan_video15": FamilySpec(FAMILY_MODELS["hunyuan_video15"], HUNYUAN, 3, 64, {
         "class_type": "EmptyHunyuanVideo15Latent", "inputs": {"width": 64, "height": 64, "length": 5, "batch_size": 1}},
-        lists=(("double", 3),), pooled_features=32, own_tests="test_family_scenarios_comfyui.py"),
+        lists=(("double", 3),), pooled_features=32, server="hunyuan_video15_server"),
     "hunyuan_image21": FamilySpec(FAMILY_MODELS["hunyuan_image21"], HUNYUAN, 4, 64, {
         "class_type": "EmptyHunyuanImageLatent", "inputs": {"width": 128, "height": 128, "batch_size": 1}},
-        lists=(("double", 2), ("single", 2)), pooled_features=32, own_tests="test_family_scenarios_comfyui.py"),
+        lists=(("double", 2), ("single", 2)), pooled_features=32, server="hunyuan_image21_server"),
 }
-# The families the shared family checks run on (the others have ``own_tests``).
-SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]
 
 
 def family_prompt(family: str, *, cache: dict | None = None, node: str | None = None, model: str | None = None,
@@ -117,8 +122,7 @@ def family_prompt(family: str, *, cache: dict | None = None, node: str | None = 
 FAMILIES["minimax_h3"] = FamilySpec(
     FAMILY_MODELS["minimax_h3"], "MiniMax H3 (ComfyUI native)", 4, 32, {
         "class_type": "EmptyMiniMaxH3LatentAV", "inputs": {"width": 64, "height": 64, "length": 5}},
-    own_tests="test_families_minimax_comfyui.py")
-SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]
+    server="minimax_server")
 
 # LTX-2: 4 blocks, video 128 wide and audio 64 wide, the conditioning already processed per stream (64 + 64
 # wide); a 64x64, 9-frame video latent (8 tokens) joined by ComfyUI's ``LTXVConcatAVLatent`` with an 8-frame
@@ -126,5 +130,7 @@ SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]
 FAMILIES["ltx2"] = FamilySpec(
     FAMILY_MODELS["ltx2"], "LTX-2 (ComfyUI native)", 4, 128, {
         "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},
-    own_tests="test_families_ltx2_comfyui.py")
-SHARED = [family for family, spec in FAMILIES.items() if not spec.own_tests]
+    server="ltx2_server")
+# The families whose checkpoints the session's servers hold from the start: cheap enough for the checks that
+# are not family scenarios to run on each of them.
+SHARED = [family for family, spec in FAMILIES.items() if not spec.on_demand]

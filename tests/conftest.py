@@ -320,12 +320,12 @@ def family_checkpoint_seed(model_key: str) -> int:
 
 
 def on_demand_models() -> dict[str, str]:
-    """{FAMILY_MODELS key: file} of the families with tests of their own (``FamilySpec.own_tests``):
-    their checkpoints are written only when one of those tests asks for them."""
+    """{FAMILY_MODELS key: file} of the families served by a fixture of their own (``FamilySpec.on_demand``):
+    their checkpoints are written only when a test asks for that fixture."""
     from devkit.comfy_models import FAMILY_MODELS
     from devkit.family_prompts import FAMILIES
 
-    own = {spec.model for spec in FAMILIES.values() if spec.own_tests}
+    own = {spec.model for spec in FAMILIES.values() if spec.on_demand}
     return {key: name for key, name in FAMILY_MODELS.items() if name in own}
 
 

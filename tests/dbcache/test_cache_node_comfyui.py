@@ -1,7 +1,7 @@
 """The Krea2CacheDiT node in the real ComfyUI server, driven through its HTTP API.
 
 The checks every family shares (one stream or two by CFG mode, bit-identical with caching off, a
-cached run leaving the model clean) run on Krea-2 among the families: tests/families/test_families_comfyui.py.
+cached run leaving the model clean) run on Krea-2 among the families: tests/families/test_family_scenarios_comfyui.py.
 """
 
 from __future__ import annotations

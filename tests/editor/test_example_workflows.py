@@ -405,8 +405,8 @@ def stand_in(example: Example, request) -> tuple:
     if example.stand_in == "krea2":
         return request.getfixturevalue("comfy_server"), TINY_MODEL, request.getfixturevalue("tiny_shape").context_features
     spec = FAMILIES[example.stand_in]
-    # A family with tests of its own has its checkpoint written only when one asks for it (conftest).
-    server = request.getfixturevalue(f"{example.stand_in}_server" if spec.own_tests else "family_server")
+    # The fixture whose server holds the family's checkpoint (written when first asked for, where on demand).
+    server = request.getfixturevalue(spec.server)
     return server, spec.model, spec.context_features
 
 

@@ -2,10 +2,10 @@
 
 ComfyUI detects Chroma only at its full width, and every model call recomputes the approximator's
 table of 344 modulation rows through 5 layers 5120 wide, whatever the latent (about 90 GFLOP a call per
-batch element: several seconds on 2 CPU cores). So Chroma runs the shared scenario set of the families with
-tests of their own (tests/families/test_family_scenarios_comfyui.py, its harness in tests/support/family_harness.py: 4 steps on
-a 32x32 image, the costlier pairs left out) instead of the shared family checks (``FamilySpec.own_tests``),
-and the checkpoint is written only when one of these tests runs (conftest's ``chroma_server``).
+batch element: several seconds on 2 CPU cores). So Chroma runs the family scenario set
+(tests/families/test_family_scenarios_comfyui.py, its harness in tests/support/family_harness.py) at 4 steps on
+a 32x32 image, the costlier pairs left out, and the checkpoint is written only when one of these tests runs
+(conftest's ``chroma_server``).
 
 What its loop makes its own is here: calls while a skip list (``skip_mmdit``) names a block, computed in full,
 as without the node.

@@ -1,10 +1,10 @@
 """Wan through CacheDiTDBCache with what users put around a cache node: LoRA before or after the node,
 skip layer guidance, ControlNet-style patches and another step cache (real server, the tiny
-seeded-random Wan). TorchCompileModel and multi-GPU sampling on Wan and the other families are in
-test_families_compat_more_comfyui.
+seeded-random Wan). TorchCompileModel and multi-GPU sampling on Wan and the other families are family
+scenarios (test_family_scenarios_comfyui).
 
 The routing these exercise does not depend on the family; Wan is the one cheap to run (a Z-Image
-run takes 40-60 s on 2 CPU cores, see test_families_comfyui).
+run takes 40-60 s on 2 CPU cores).
 """
 
 from __future__ import annotations

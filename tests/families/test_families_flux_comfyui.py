@@ -3,8 +3,9 @@ file with a guidance embedding, a ControlNet's ``control``, reference latents, m
 (two device copies, one decision per step and block list shared by them) (real server, tiny
 seeded-random Flux.1 dev, Flux.2 dev and Flux.2 Klein from tests/comfy_models.py).
 
-The family tests (test_families_comfyui, families "flux1" and "flux2" = Klein) check CFG modes, the
-step mask, the threshold, true block indices and types, EasyCache and loop patches.
+The family scenarios (test_family_scenarios_comfyui, harnesses "flux1" and "flux2" = Klein) check CFG modes, the
+step mask, the threshold, true block indices and types, EasyCache, loop patches, heun, a LoRA, TorchCompileModel
+and the Forecast node.
 """
 
 from __future__ import annotations

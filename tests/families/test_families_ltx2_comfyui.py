@@ -4,7 +4,7 @@ The checkpoint (4 blocks; video 128 wide, audio 64 wide; detected by ComfyUI's o
 the metadata config real LTX-2 files carry; written only when one of these tests runs) samples, at 4 steps,
 a 64x64 9-frame video latent (8 tokens) joined with an 8-frame audio latent (8 tokens) by ComfyUI's
 ``LTXVConcatAVLatent``; the sampled latent is split by ``LTXVSeparateAVLatent`` and both parts saved. It runs the
-shared scenario set of the families with tests of their own on both outputs (tests/families/test_family_scenarios_comfyui.py,
+family scenario set on both outputs (tests/families/test_family_scenarios_comfyui.py,
 its harness in tests/support/family_harness.py: the CFG layouts, caching off, threshold caching, EasyCache, calls with a
 ``patches_replace["dit"]`` block or ``stg_self_attn_blocks`` computed in full, heun, a LoRA, TorchCompileModel,
 two devices, the Forecast node's refusal). What LTX-2's loop makes its own is here:

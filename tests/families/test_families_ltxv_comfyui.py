@@ -1,6 +1,6 @@
 """LTXV through CacheDiTDBCache in the real server: what is LTXV's own.
 
-LTXV runs the shared scenario set of the families with tests of their own (tests/families/test_family_scenarios_comfyui.py,
+LTXV runs the family scenario set (tests/families/test_family_scenarios_comfyui.py,
 its harness in tests/support/family_harness.py: ComfyUI's ``LTXVConditioning`` in its graph, 4 blocks 128 wide sampling a
 9-frame 64x64 video at 4 steps; the checkpoint written only when a test asks for ``ltxv_server``).
 

@@ -3,7 +3,7 @@
 A tiny seeded-random checkpoint (4 blocks, 64 wide, detected by ComfyUI's own model detection) at 4 steps, with
 ComfyUI's own MiniMax H3 latent (``EmptyMiniMaxH3LatentAV``: a 64x64, 5-frame video latent and its 8-frame stereo
 audio latent) and the sampled latent split into its video and audio latents by ComfyUI's ``LTXVSeparateAVLatent``.
-It runs the shared scenario set of the families with tests of their own on both outputs
+It runs the family scenario set on both outputs
 (tests/families/test_family_scenarios_comfyui.py, its harness in tests/support/family_harness.py): its CFG layouts are CFG 1 and
 split, split even with prompts of one length (the model packs text, audio and video tokens into one sequence with
 no batch dimension, so ComfyUI never batches its cond and uncond); caching off, threshold caching, EasyCache, a

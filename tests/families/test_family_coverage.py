@@ -2,10 +2,9 @@
 and a word in docs/families.md: a new registry entry without them fails here, by name.
 
 A family is covered by a test spec when one of ``FAMILIES`` (devkit/family_prompts.py) names it, or
-when it is loaded only through the pack's own loader, whose tests name it in ``LOADER_ONLY`` below. A
-spec runs the shared family checks unless it names a test file of its own (``own_tests``), which must
-exist and run on it; such a spec has a ``FamilyHarness`` (tests/support/family_harness.py), on which the scenario set
-of tests/families/test_family_scenarios_comfyui.py runs.
+when it is loaded only through the pack's own loader, whose tests name it in ``LOADER_ONLY`` below. Every
+spec has a ``FamilyHarness`` (tests/support/family_harness.py), on which the family scenario set of
+tests/families/test_family_scenarios_comfyui.py runs.
 """
 
 from __future__ import annotations
@@ -13,14 +12,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import family_harness
 from family_harness import HARNESSES
 from devkit.family_prompts import FAMILIES
 from krea2_cachedit.adapters.families.registry import SUPPORTED
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIOS = "test_family_scenarios_comfyui.py"   # the scenario set, run on every harness
-
 # Families whose checkpoints only the pack's own loader opens: their tests, not the shared family checks.
 LOADER_ONLY = {"Krea-2 (diffusers)": ("test_loader_comfyui.py", "test_gguf_comfyui.py")}
 
@@ -67,18 +63,11 @@ def test_loader_only_families_are_named_by_their_tests():
             assert name in file_of(test_file).read_text(), f"{test_file} never checks {name!r}"
 
 
-def test_a_spec_left_out_of_the_shared_checks_runs_the_scenario_set_and_its_own_tests():
-    """Its harness runs the scenario set of the families with tests of their own on it; the file it names is that
-    set's or one of its own that runs on it (through its harness)."""
-    for key, spec in FAMILIES.items():
-        if not spec.own_tests:
-            continue
-        assert key in HARNESSES and HARNESSES[key].family == key, \
-            f"the spec {key!r} has tests of its own but no FamilyHarness in tests/support/family_harness.py's HARNESSES"
-        path = file_of(spec.own_tests)
-        harness_name = next(name for name, value in vars(family_harness).items() if value is HARNESSES[key])
-        assert path.name == SCENARIOS or re.search(rf"\b{harness_name}\b", path.read_text()), \
-            f"tests/{spec.own_tests} never runs on the spec {key!r} (its harness {harness_name})"
+def test_every_family_has_a_harness():
+    """The scenario set runs on a spec only through its harness: a spec without one would run none of it."""
+    missing = sorted(set(FAMILIES) - set(HARNESSES))
+    assert not missing, f"no FamilyHarness in tests/support/family_harness.py's HARNESSES for the specs {missing}"
+    assert all(harness.family == key for key, harness in HARNESSES.items())
 
 
 def test_every_spec_names_a_supported_family():

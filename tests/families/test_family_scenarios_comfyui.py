@@ -1,25 +1,30 @@
-"""The scenario set every family with tests of its own runs in the real server (Chroma, LTXV, HunyuanVideo 1.5,
-HunyuanImage 2.1, LTX-2, MiniMax H3): each scenario on every family whose harness (tests/support/family_harness.py) has
-its capability, checking every output the family's graph saves (LTX-2's and MiniMax H3's video and audio).
+"""The scenario set every family runs in the real server (Krea-2 through its own node, the others through
+CacheDiTDBCache): each scenario on every family whose harness (tests/support/family_harness.py) has its capability,
+checking every output the family's graph saves (LTX-2's and MiniMax H3's video and audio).
 
 - the CFG layouts ComfyUI gives the family (CFG 1, batched, split), each with the step mask cached: the calls,
-  each list's cached steps and the blocks each call ran; at CFG 1, where the harness says so, each block's
-  attention seeing its true index, list size and type, and the cached run close to (not equal to) no node;
-- caching off bit-identical to the graph without the node, and caching on changing every output;
+  each list's cached steps and the blocks each call ran; at CFG 1, where the harness says so, the cached run
+  close to (not equal to) no node;
+- each block's attention seeing its true index, list size and type, on computed steps and on cached ones (where
+  the first block and the last Bn run);
+- caching off bit-identical to the graph without the node, and caching on changing every output; a cached run
+  leaving the model as it was; cache-dit's "medium" mask;
 - threshold caching: a step cached exactly when its measured change is below the threshold;
 - EasyCache on the same model leaves the run to it;
-- patches the loop applies by block index (a ``patches_replace["dit"]`` block, a ControlNet's ``control``, STG's
-  perturbed blocks): such calls computed in full, exactly as without the node;
+- patches the loop applies by block index (a ``double_block`` patch, a ``patches_replace["dit"]`` block, a
+  ControlNet's ``control``, STG's perturbed blocks): such calls computed in full, exactly as without the node;
 - heun (a corrector call per step computed beside the cache), and caching off under heun bit-identical;
-- a LoRA in the family's native keys changes every output and the mask still caches;
-- TorchCompileModel before the node caches the same steps, close to eager;
+- a LoRA in the family's own keys changes every output and the mask still caches;
+- TorchCompileModel before (and after) the node caches the same steps, close to eager;
 - two devices (ComfyUI's multi-GPU CFG split): caching off bit-identical, the mask cached on both, per list;
-- the Forecast node: its preset's steps forecast in each CFG layout, a forecast call running no block; or its
-  refusal, naming why.
+- the Forecast node: its preset's steps forecast in each CFG layout, a forecast call running no block, and
+  forecasting nothing bit-identical to no node; or its refusal, naming why.
 
-Each family's server is conftest's session fixture the harness names (one per session, shared with the other
-test files); the runs several scenarios compare with (the mask at CFG 1, the graph without the node) are made
-once per family (``runs``). Random weights: what was cached and how calls were routed, never image quality.
+Each family's server is conftest's session fixture its spec names (one per session, shared with the other test
+files); the runs several scenarios compare with (the mask at CFG 1, the graph without the node) are made once per
+family (``runs``), the graphs without the node through conftest's ``uncached_latent`` where the harness's graph is
+``family_prompt``'s (so the Krea-2 node tests share Krea-2's). Random weights: what was cached and how calls were
+routed, never image quality.
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ import pytest
 import torch
 
 from devkit.comfy_harness import prompt_error
-from family_harness import HARNESSES, FamilyHarness
+from family_harness import HARNESSES, MASKS, FamilyHarness
 from helpers import (EASYCACHE, FAST, OFF, check_left_to_easycache, check_one_stream_per_device,
                      check_threshold_caching, insert_after_loader, write_native_lora)
 from devkit.krea2_prompts import with_forecast, with_lora
-from record_checks import blocks_seen, check_forecast_layout, check_two_evaluation_record, with_probe
+from record_checks import FORECAST_NOTHING, blocks_seen, check_forecast_layout, check_two_evaluation_record, with_probe
 
 pytestmark = pytest.mark.comfyui
 
@@ -68,7 +73,7 @@ class Runs:
     """Runs that several scenarios compare with, made once per family the first time one asks."""
 
     def __init__(self, request, folder):
-        self._request, self._folder, self._done = request, folder, {}
+        self._request, self.folder, self._done = request, folder, {}
 
     def server(self, harness: FamilyHarness):
         return self._request.getfixturevalue(harness.server_fixture)
@@ -80,19 +85,37 @@ class Runs:
 
     def cached(self, harness: FamilyHarness, layout: str):
         """(outputs, record, blocks seen per call or None) of the mask in ``layout``: at CFG 1 with the attention
-        probe after the loader where the harness has it (it changes no tensor)."""
+        probe after the loader where the harness probes without Bn blocks (it changes no tensor)."""
         def make():
             graph = harness.prompt(layout, cache=FAST, prefix=f"{layout}_cached")
-            log = self._folder / f"{harness.family}_attention.jsonl"
-            probe = layout == "none" and harness.attention_probe
+            log = self.folder / f"{harness.family}_attention.jsonl"
+            probe = layout == "none" and harness.attention_bn == 0
             outputs, record = harness.run(self.server(harness), with_probe(graph, log) if probe else graph)
             return outputs, record, blocks_seen(log) if probe else None
         return self._once(("cached", harness.family, layout), make)
 
+    def _plain(self, harness: FamilyHarness, layout: str):
+        """(outputs, blocks seen per call or None) of the graph without the node in ``layout``: at CFG 1 with the
+        attention probe where the harness has it."""
+        def make():
+            server = self.server(harness)
+            if layout == "none" and harness.attention_bn is not None:
+                log = self.folder / f"{harness.family}_plain_attention.jsonl"
+                graph = with_probe(harness.prompt(layout, prefix=f"{layout}_plain"), log)
+                return harness.run(server, graph, node_id=None)[0], blocks_seen(log)
+            if harness.shares_uncached_runs:
+                uncached_latent = self._request.getfixturevalue("uncached_latent")
+                return (uncached_latent(server, harness.family, **harness.prompt_args(layout)),), None
+            return harness.run(server, harness.prompt(layout, prefix=f"{layout}_plain"), node_id=None)[0], None
+        return self._once(("plain", harness.family, layout), make)
+
     def plain(self, harness: FamilyHarness, layout: str):
         """The outputs of the graph without the node in ``layout``."""
-        return self._once(("plain", harness.family, layout), lambda: harness.run(
-            self.server(harness), harness.prompt(layout, prefix=f"{layout}_plain"), node_id=None)[0])
+        return self._plain(harness, layout)[0]
+
+    def plain_blocks_seen(self, harness: FamilyHarness):
+        """Per call, the blocks whose attention the probe saw in the graph without the node at CFG 1."""
+        return self._plain(harness, "none")[1]
 
     def lora(self, harness: FamilyHarness) -> str:
         """A rank-4 LoRA on the harness's layers in ComfyUI's native key names, each update about as large as the
@@ -100,7 +123,7 @@ class Runs:
         server = self.server(harness)
         return self._once(("lora", harness.family), lambda: write_native_lora(
             server, server.base_dir / "models" / "diffusion_models" / harness.spec.model, harness.lora_layers,
-            f"{harness.family}_test_lora.safetensors"))
+            f"{harness.family}_test_lora.safetensors", prefix=harness.lora_prefix))
 
 
 @pytest.fixture(scope="module")
@@ -115,14 +138,16 @@ def server(request, harness):
 
 @pytest.mark.parametrize("harness, layout", per_layout(lambda harness: harness.layouts))
 def test_each_cfg_layout_caches_the_mask(runs, harness, layout):
-    outputs, record, seen = runs.cached(harness, layout)
+    outputs, record, _ = runs.cached(harness, layout)
     harness.check_record(record, layout)
+    assert record["cfg"] == (1.0 if layout == "none" else 3.5)
     if layout == "none":
         assert all(call[1] == [0] for call in record["call_log"]), "CFG 1 has no uncond pass"
     elif layout == "batched":
         assert record["call_log"][0][1] == [1, 0], "ComfyUI batches uncond first"
     else:
         assert [call[1] for call in record["call_log"][:2]] == [[0], [1]], "shape-forced splits run cond first"
+        assert record["extra_calls"] == 0
         # A cache per stream (and per list, where the family has several), each caching the mask.
         lists = len(harness.spec.block_lists)
         assert sorted(stream["branches"] for stream in record["streams"]) == [[0]] * lists + [[1]] * lists
@@ -132,11 +157,6 @@ def test_each_cfg_layout_caches_the_mask(runs, harness, layout):
     assert finite(outputs)
     if harness.shapes:
         assert tuple(tuple(output.shape) for output in outputs) == harness.shapes
-    if seen is not None:
-        lists = harness.spec.block_lists
-        every_block = [(kind, i, size) for kind, size in lists for i in range(size)]
-        first_of_each = [(kind, 0, size) for kind, size in lists]
-        assert seen == [first_of_each if step in harness.mask_cached else every_block for step in range(harness.steps)]
     if layout == "none" and harness.cfg1_error is not None:
         # The cached step adds the residual the cache kept of the blocks after the first: close to the graph
         # without the node, not equal (were that residual zero, far).
@@ -145,11 +165,31 @@ def test_each_cfg_layout_caches_the_mask(runs, harness, layout):
             assert 0 < error < harness.cfg1_error, error
 
 
-@pytest.mark.parametrize("harness", having(lambda harness: True))
-def test_caching_off_is_bit_identical_to_no_node_and_caching_changes_every_output(runs, server, harness):
-    """Every step computed through the cache's wrappers (split CFG where the family has it: each stream apart)
-    equals the graph without the node, bit for bit, in every output; the mask's run differs in every output."""
-    layout, spec = harness.off_layout, harness.spec
+@pytest.mark.parametrize("harness", having(lambda harness: harness.attention_bn is not None))
+def test_attention_sees_each_blocks_true_index_on_computed_and_cached_steps(runs, server, harness):
+    """At CFG 1 an attention override sees, per call, each block's index in its own list, the list's size and its
+    type ("double" / "single"), as in the model's own loop: every block on a computed step, on a cached one the
+    first of each list and its last Bn (the harness's; Fn 1)."""
+    lists, bn, cached = harness.spec.block_lists, harness.attention_bn, harness.mask_cached
+    every_block = [(kind, i, size) for kind, size in lists for i in range(size)]
+    assert runs.plain_blocks_seen(harness) == [every_block] * harness.steps
+    if bn == 0:
+        _, record, seen = runs.cached(harness, "none")
+    else:
+        log = runs.folder / f"{harness.family}_attention_bn.jsonl"
+        _, record = harness.run(server, with_probe(harness.prompt(cache={**FAST, "Bn_compute_blocks": bn},
+                                                                  prefix="attention_bn"), log))
+        seen = blocks_seen(log)
+    harness.check_record(record, "none", bn=bn)
+    ran_when_cached = [(kind, i, size) for kind, size in lists for i in range(size) if i == 0 or i >= size - bn]
+    assert seen == [ran_when_cached if step in cached else every_block for step in range(harness.steps)]
+
+
+@pytest.mark.parametrize("harness, layout", per_layout(lambda harness: harness.off_layouts))
+def test_caching_off_is_bit_identical_to_no_node_and_caching_changes_every_output(runs, server, harness, layout):
+    """Every step computed through the cache's wrappers (split CFG: each stream apart) equals the graph without
+    the node, bit for bit, in every output; the mask's run differs in every output."""
+    spec = harness.spec
     plain = runs.plain(harness, layout)
     off, record = harness.run(server, harness.prompt(layout, cache=OFF, prefix="off"))
     assert record["model"] == spec.name and record["cfg_mode"] == layout
@@ -158,6 +198,24 @@ def test_caching_off_is_bit_identical_to_no_node_and_caching_changes_every_outpu
     assert equal(off, plain)
     cached, _, _ = runs.cached(harness, layout)
     assert all_differ(cached, plain), "the served residual must change every output, or off says nothing"
+
+
+@pytest.mark.parametrize("harness", having(lambda harness: harness.after_cached))
+def test_a_cached_run_differs_and_the_next_plain_run_is_unchanged(runs, server, harness):
+    """Caching changes the result (the served residual is really used), and leaves the shared model clean: the
+    graph without the node (as when the node is bypassed) gives the uncached outputs again after it."""
+    before = runs.plain(harness, "batched")
+    cached, _ = harness.run(server, harness.prompt("batched", cache={"steps_mask": "ultra"}, prefix="ultra"))
+    after, _ = harness.run(server, harness.prompt("batched", prefix="after"), node_id=None)
+    assert equal(after, before)
+    assert all_differ(cached, before) and finite(cached)
+
+
+@pytest.mark.parametrize("harness", having(lambda harness: bool(harness.medium_mask)))
+def test_the_medium_mask_caches_its_steps(server, harness):
+    _, record = harness.run(server, harness.prompt(cache={"steps_mask": "medium"}, prefix="medium"))
+    assert record["cached_steps"] == list(harness.medium_mask), "cache-dit's 'medium' mask"
+    assert all(record["step_reasons"][step] == "mask" for step in harness.medium_mask)
 
 
 @pytest.mark.parametrize("harness", having(lambda harness: harness.threshold is not None))
@@ -195,15 +253,29 @@ def test_calls_with_a_patch_the_loop_applies_by_block_index_are_computed_in_full
 
 @pytest.mark.parametrize("harness", having(lambda harness: harness.heun is not None))
 def test_heun_serves_each_steps_first_evaluation_and_off_is_bit_identical(server, harness):
-    layout, off_layout = harness.heun
-    _, record = harness.run(server, harness.prompt(layout, sampler="heun", cache=FAST, prefix="heun"))
-    check_two_evaluation_record(record, harness.family, BRANCHES[layout], layout, steps=harness.steps,
-                                cached_steps=harness.mask_cached)
-    if off_layout is None:
+    """heun calls the model again at each step's next sigma: the calls cache-dit serves go through every list's
+    wrappers (a masked step cached in each list), the corrector calls through the original lists; with caching off
+    every call is routed the same and the outputs equal the graph without the node."""
+    heun, lists = harness.heun, harness.spec.block_lists
+    steps = heun.steps or harness.steps
+    if heun.cached is not None:
+        layout = heun.cached
+        _, record = harness.run(server, harness.prompt(layout, sampler="heun", cache=FAST, steps=steps,
+                                                       prefix="heun"))
+        check_two_evaluation_record(record, harness.family, BRANCHES[layout], layout, steps=steps,
+                                    cached_steps=MASKS[steps])
+        if len(lists) > 1:
+            assert [(blocks["blocks"], blocks["cached_steps"]) for blocks in record["block_lists"]] == [
+                (f"{kind}_blocks", MASKS[steps]) for kind, _ in lists]
+    if heun.off is None:
         return
-    plain, _ = harness.run(server, harness.prompt(off_layout, sampler="heun", prefix="heun_plain"), node_id=None)
-    off, record = harness.run(server, harness.prompt(off_layout, sampler="heun", cache=OFF, prefix="heun_off"))
-    assert record["cached_steps"] == [] and record["block_evals"] == record["calls"] * harness.spec.blocks
+    layout = heun.off
+    plain, _ = harness.run(server, harness.prompt(layout, sampler="heun", steps=steps, prefix="heun_plain"),
+                           node_id=None)
+    off, record = harness.run(server, harness.prompt(layout, sampler="heun", cache=OFF, steps=steps,
+                                                     prefix="heun_off"))
+    check_two_evaluation_record(record, harness.family, BRANCHES[layout], layout, steps=steps, cached_steps=[])
+    assert record["block_evals"] == record["calls"] * harness.spec.blocks
     assert equal(off, plain)
 
 
@@ -221,11 +293,18 @@ def test_a_lora_in_native_keys_changes_every_output_and_the_mask_still_caches(ru
     assert "lora key not loaded" not in server.log_text()[start:]
 
 
-@pytest.mark.parametrize("harness", having(lambda harness: harness.compile_tolerance is not None))
-def test_torch_compile_model_before_the_node_caches_the_same_steps(runs, server, harness):
+@pytest.mark.parametrize("harness, place", [
+    pytest.param(harness, place, id=f"{harness.family}-{place}") for harness in HARNESSES.values()
+    if harness.compile_tolerance is not None for place in ("before", "after")[:2 if harness.compile_after else 1]])
+def test_torch_compile_model_before_or_after_the_node_caches_the_same_steps(runs, server, harness, place):
     reference, eager, _ = runs.cached(harness, "none")
-    outputs, record = harness.run(server, insert_after_loader(harness.prompt(cache=FAST, prefix="compiled"), "20",
-                                                              COMPILE), timeout=harness.timeout + 300)
+    graph = harness.prompt(cache=FAST, prefix=f"compiled_{place}")
+    if place == "before":
+        insert_after_loader(graph, "20", COMPILE)
+    else:
+        graph["20"] = {**COMPILE, "inputs": {"model": ["5", 0], **COMPILE["inputs"]}}
+        graph["6"]["inputs"]["model"] = ["20", 0]
+    outputs, record = harness.run(server, graph, timeout=harness.timeout + 300)
     harness.check_record(record, "none")
     assert record["block_evals"] == eager["block_evals"]
     for compiled, eager_output in zip(outputs, reference, strict=True):
@@ -264,6 +343,17 @@ def test_the_spectrum_node_forecasts_its_presets_steps(server, harness, layout):
                                                                        prefix=f"spectrum_{layout}")))
     check_forecast_layout(record, harness.family, layout)
     assert finite(outputs)
+
+
+@pytest.mark.parametrize("harness", having(lambda harness: harness.forecast_nothing is not None))
+def test_forecasting_nothing_is_bit_identical_to_no_node(runs, server, harness):
+    """The Forecast node computing every step equals the graph without the node, bit for bit (the same graph as
+    caching off's: one run without the node for both)."""
+    layout = harness.forecast_nothing
+    outputs, record = harness.run(server, with_forecast(harness.prompt(layout, cache={}, prefix="nothing"), "custom",
+                                                        **FORECAST_NOTHING))
+    assert record["forecast_steps"] == [] and record["method"]["computed_steps"] == list(range(harness.steps))
+    assert equal(outputs, runs.plain(harness, layout))
 
 
 @pytest.mark.parametrize("harness", having(lambda harness: bool(harness.spectrum_refused)))

@@ -11,7 +11,7 @@ reference starts). The stand-in is the family tests' shallow Qwen-Image checkpoi
 - the Forecast node forecasts its preset's steps with the reference (its final layer reads a
   forecast of the image and reference tokens, the model slices the reference off).
 Qwen-Image's own reference method (``index``: references on cond and uncond, off and the mask at 8
-steps) is checked in ``test_families_comfyui.py``.
+steps) is checked in ``test_families_qwen_image_comfyui.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The whole-call forecasting node (CacheDiTSpectrum) on every family, in the real ComfyUI server.
+"""The whole-call forecasting node (CacheDiTSpectrum) in the real ComfyUI server: what is the node's own (its
+schedule per stream and context, heun, LoRA, EasyCache, two devices, refusals); its scenarios on every family (each
+CFG layout, forecasting nothing bit-identical) are in tests/families/test_family_scenarios_comfyui.py.
 
 Tiny seeded-random checkpoints (random weights: these tests check which steps were forecast and how
 calls were routed, and exactness where nothing is forecast; never image quality). ``turbo_5_of_8``
@@ -13,17 +15,14 @@ import torch
 
 from devkit.comfy_harness import prompt_error
 from devkit.comfy_models import FAMILY_MODELS
-from devkit.family_prompts import FAMILIES, SHARED, family_prompt
+from devkit.family_prompts import FAMILIES, family_prompt
 from helpers import FAST, run_ok
-from record_checks import FORECAST_STEPS, check_forecast, check_forecast_layout
+from record_checks import FORECAST_NOTHING, FORECAST_STEPS
 from devkit.krea2_prompts import krea2_prompt, with_forecast, with_lora
 
 from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
 
 pytestmark = pytest.mark.comfyui
-
-NOTHING = {"forecast": "linear", "warmup_steps": 0, "window_size": 1.0, "window_growth": 0.0}   # every step computed
-every_family = pytest.mark.parametrize("family", SHARED)
 
 
 @pytest.fixture
@@ -33,30 +32,6 @@ def server(request, comfy_root, family):
 
 def forecast_prompt(family: str, preset: str = "turbo_5_of_8", custom: dict | None = None, **kwargs) -> dict:
     return with_forecast(family_prompt(family, cache={}, **kwargs), preset, **(custom or {}))
-
-
-def check_every_cfg_layout(server, family: str, seed: int = 81, prefix: str = "spectrum"):
-    """The preset's steps forecast at CFG 1, batched and split (``check_forecast_layout``)."""
-    split_tokens = FAMILIES[family].split_tokens
-    for layout, cfg, neg_tokens in (("none", 1.0, 8), ("batched", 3.5, 8), ("split", 3.5, split_tokens)):
-        graph = forecast_prompt(family, cfg=cfg, neg_tokens=neg_tokens, seed=seed, prefix=f"{prefix}_{layout}")
-        check_forecast_layout(server.run_with_stats(graph)[1][0], family, layout)
-
-
-@every_family
-def test_every_cfg_layout_forecasts_the_schedules_steps_per_stream(server, family):
-    check_every_cfg_layout(server, family)
-
-
-@every_family
-def test_forecasting_nothing_is_bit_identical_to_no_node(server, uncached_latent, family):
-    # The uncached graphs of the families' caching-off tests (test_families_comfyui): one baseline run for both.
-    neg_tokens, seed = (8, 0) if family == "krea2" else (FAMILIES[family].split_tokens, 3)
-    plain = uncached_latent(server, family, cfg=3.5, neg_tokens=neg_tokens, seed=seed)
-    entry, [record] = server.run_with_stats(forecast_prompt(family, "custom", NOTHING, cfg=3.5, neg_tokens=neg_tokens,
-                                                            seed=seed, prefix="nothing"))
-    assert record["forecast_steps"] == [] and record["method"]["computed_steps"] == list(range(8))
-    assert torch.equal(server.saved_latent(entry, "7"), plain)
 
 
 @pytest.mark.parametrize("family", ["krea2", "flux1"])
@@ -139,7 +114,7 @@ def test_on_two_devices_each_forecasts_its_own_conds(comfy_server, uncached_late
         prompt["5"]["inputs"]["model"] = ["20", 0]
         return prompt
 
-    nothing = two_devices(forecast_prompt("krea2", "custom", NOTHING, cfg=3.5, neg_tokens=13, seed=87,
+    nothing = two_devices(forecast_prompt("krea2", "custom", FORECAST_NOTHING, cfg=3.5, neg_tokens=13, seed=87,
                                           prefix="f_mgpu_nothing"))
     plain = krea2_prompt(cfg=3.5, neg_tokens=13, seed=87, prefix="f_mgpu_plain")
     plain["20"] = {"class_type": "Krea2TestMultiGPU", "inputs": {"model": ["1", 0]}}

@@ -11,8 +11,8 @@ run patches or hooks), with each module's own attributes. Then, read back over H
   ``gc.collect()``: every watched object is gone, and the registries still reach nothing.
 The cases: Krea-2 through ComfyUI's loader and the pack's (safetensors and GGUF), cached, caching
 off, interrupted, with the text-path reuse on and off, under TorchCompileModel, after a LoRA, and
-the Forecast node; each other family cached (those with tests of their own, ``FamilySpec.own_tests``,
-on the graph their own module builds: LTXV's conditioning, MiniMax H3's latent split into video and
+the Forecast node; each other family cached (those whose checkpoint is written on demand, ``FamilySpec.on_demand``,
+on the graph their harness builds: LTXV's conditioning, MiniMax H3's latent split into video and
 audio; Chroma at 2 steps, each of its calls being slow), Wan and MiniMax H3 under the Forecast node.
 """
 
@@ -105,7 +105,7 @@ def spectrum(family: str) -> dict:
     return with_forecast(own_graph(family, cache={}, steps=8))   # its preset forecasts 3 of 8 steps
 
 
-# What the graph of a family with tests of its own needs beyond ``family_prompt``'s, as its module builds it.
+# What the graph of a family written on demand needs beyond ``family_prompt``'s, as its harness builds it.
 OWN_GRAPH = {"ltxv": with_ltxv_conditioning, "minimax_h3": with_separate_av, "ltx2": with_av_latent}
 # The session fixture whose server holds a family's checkpoint (``family_server`` when not here).
 SERVERS = {KREA2: "comfy_server", "chroma": "chroma_server", "ltxv": "ltxv_server",
@@ -138,10 +138,10 @@ CASES = {
     **{f"{family} cached": (family, functools.partial(graph, family, cfg=1.0), False, True)
        for family in SHARED if family != KREA2},
     "wan Spectrum": ("wan", lambda: spectrum("wan"), False, True),
-    # The families with tests of their own (HunyuanImage 2.1 is HunyuanVideo 1.5's class), in one stream.
+    # The families written on demand (HunyuanImage 2.1 is HunyuanVideo 1.5's class), in one stream.
     **{f"{family} cached": (family, functools.partial(own_graph, family, cfg=1.0, steps=OWN_STEPS.get(family, STEPS)),
                             False, True)
-       for family, spec in FAMILIES.items() if spec.own_tests and family not in SAME_CLASS},
+       for family, spec in FAMILIES.items() if spec.on_demand and family not in SAME_CLASS},
     # Spectrum's final-layer forecast on the one packed sequence both of MiniMax H3's outputs read, split CFG.
     "minimax_h3 Spectrum": ("minimax_h3", lambda: spectrum("minimax_h3"), False, True),
 }

@@ -1,11 +1,12 @@
-"""How the shared scenario set (tests/families/test_family_scenarios_comfyui.py) drives each family that has tests of its
-own (``FamilySpec.own_tests``): its server, how its graph is built and read, and which scenarios apply to it.
+"""How the family scenario set (tests/families/test_family_scenarios_comfyui.py) drives each family: its server, how
+its graph is built and read, and which scenarios apply to it.
 
 The families differ only in how their graph is built (LTXV's conditioning node, LTX-2's and MiniMax H3's audio
 and video latents), what a run gives back (one latent, or video and audio), and what their loops allow (MiniMax
-H3 never batches its conds, LTX-2 has nothing single for Spectrum to forecast). A ``FamilyHarness`` says that
-as data; each scenario runs on every harness that has its capability, and checks every output of the run.
-What a family's loop makes its own stays in its own file (tests/test_families_<family>_comfyui.py).
+H3 never batches its conds, LTX-2 has nothing single for Spectrum to forecast, Qwen-Image's LoRAs name its
+modules without a prefix). A ``FamilyHarness`` says that as data; each scenario runs on every harness that has
+its capability, and checks every output of the run. What a family's loop makes its own stays in its own file
+(tests/families/test_families_<family>_comfyui.py).
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def with_av_latent(graph: dict) -> dict:
     return with_separate_av(graph)
 
 
+def as_built(graph: dict) -> dict:
+    """``family_prompt``'s graph as it is (the graph the session's uncached runs share)."""
+    return graph
+
+
 # --- patches the block loop applies by index (a cached call would skip them: computed in full) --------------
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +72,18 @@ def dit_replace(graph: dict) -> dict:
     """A ``patches_replace["dit"]`` entry ("double_block", 1) that the loop calls instead of block 1."""
     return insert_after_loader(graph, "20", {"class_type": "Krea2TestBlockReplace",
                                              "inputs": {"kind": "double_block", "block": 1, "scale": 0.5}})
+
+
+def double_block_patch(graph: dict) -> dict:
+    """A ``patches["double_block"]`` entry (a ControlNet's) that the loop runs after block 1."""
+    return insert_after_loader(graph, "20", {"class_type": "Krea2TestDoubleBlockPatch",
+                                             "inputs": {"block": 1, "scale": 0.5}})
+
+
+def single_block_replace(graph: dict) -> dict:
+    """A ``patches_replace["dit"]`` entry ("single_block", 1): Flux's loop applies no ``double_block`` patch."""
+    return insert_after_loader(graph, "20", {"class_type": "Krea2TestBlockReplace",
+                                             "inputs": {"kind": "single_block", "block": 1, "scale": 0.5}})
 
 
 def stg_blocks(graph: dict) -> dict:
@@ -85,6 +103,8 @@ def control(features: int) -> Callable[[dict], dict]:
 
 
 DIT_REPLACE = Patch("dit_replace", dit_replace, "patches_replace.dit")
+DOUBLE_BLOCK = Patch("double_block", double_block_patch, "patches.double_block")
+SINGLE_BLOCK_REPLACE = Patch("single_block_replace", single_block_replace, "patches_replace.dit")
 
 
 # --- the harness -------------------------------------------------------------------------------------------
@@ -100,35 +120,62 @@ class Threshold:
 
 
 @dataclasses.dataclass(frozen=True)
+class Heun:
+    """heun (two evaluations a step): ``cached``, the layout the mask is cached in (each step's first evaluation
+    served, the other computed beside the cache); ``off``, the layout caching off is bit-identical to no node in
+    (None: not run); ``steps``: its own step count where each call is costly (None: the harness's)."""
+    cached: str | None
+    off: str | None
+    steps: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class FamilyHarness:
-    family: str                                 # the ``FAMILIES`` key
-    server_fixture: str                         # conftest's session fixture: a server with the checkpoint
+    family: str                                 # the ``FAMILIES`` key (its spec names its server's fixture)
     seed: int
     steps: int = 4                              # the sampler's steps (threshold and Spectrum: their own)
-    build: Callable[[dict], dict] = lambda graph: graph   # the family's own nodes around ``family_prompt``'s
+    build: Callable[[dict], dict] = as_built    # the family's own nodes around ``family_prompt``'s
     outputs: tuple[str, ...] = ("7",)           # the SaveLatent nodes a run gives back, in order
     shapes: tuple[tuple[int, ...], ...] = ()    # each output's shape (not checked when empty)
     timeout: float = 600.0                      # per prompt (TorchCompileModel's: 300 s more)
     # Capabilities: which scenarios apply, and how.
     layouts: tuple[str, ...] = LAYOUTS          # the CFG layouts ComfyUI gives it, each cached with the mask
-    split_tokens: int = 13                      # the negative prompt's tokens in the split layout
-    off_layout: str = "split"                   # caching off bit-identical to no node, in this layout
-    attention_probe: bool = False               # at CFG 1, each block's attention seen with its true index
+    split_tokens: int | None = None             # the negative prompt's tokens in the split layout (None: the spec's)
+    off_layouts: tuple[str, ...] = ("split",)   # caching off bit-identical to no node, in each of these layouts
+    after_cached: bool = False                  # a cached run leaves the model as it was: the next plain run equal
+    medium_mask: tuple[int, ...] = ()           # the steps cache-dit's "medium" mask caches (empty: not run)
+    # At CFG 1, each block's attention seen with its true index, the cache running this many Bn blocks (None: no
+    # probe; 0: the probe rides on the mask's run at CFG 1).
+    attention_bn: int | None = None
     cfg1_error: float | None = None             # at CFG 1, the cached run within this relative error of no node
     threshold: Threshold | None = None
     easycache: bool = True                      # EasyCache on the same model leaves the run to it
     patches: tuple[Patch, ...] = ()             # patches applied by block index: calls computed in full
-    heun: tuple[str, str | None] | None = None  # heun cached in this layout; caching off bit-identical in that one
-    lora_layers: tuple[str, ...] = ()           # a LoRA on these native layers changes every output
+    heun: Heun | None = None
+    lora_layers: tuple[str, ...] = ()           # a LoRA on these layers changes every output
+    lora_prefix: str = "diffusion_model."       # how the LoRA file names them: ComfyUI's prefix, or the family's
     compile_tolerance: float | None = None      # TorchCompileModel before the node: relative error to eager
+    compile_after: bool = False                 # and after the node
     two_devices: bool = False                   # split CFG over two device copies, the mask cached on both
     two_devices_off: bool = False               # and caching off there bit-identical to no node
     spectrum: tuple[str, ...] = ()              # the CFG layouts the Forecast node forecasts in
     spectrum_refused: tuple[str, ...] = ()      # or: the Forecast node refuses it, naming these
+    forecast_nothing: str | None = None         # the Forecast node forecasting nothing equals no node in this layout
 
     @property
     def spec(self):
         return FAMILIES[self.family]
+
+    @property
+    def server_fixture(self) -> str:
+        """conftest's session fixture: a server with the checkpoint."""
+        return self.spec.server
+
+    @property
+    def shares_uncached_runs(self) -> bool:
+        """Its graph is ``family_prompt``'s with one output: its runs without the node are conftest's
+        ``uncached_latent``, which other test files compare with too."""
+        return self.build is as_built and self.outputs == ("7",)
 
     @property
     def mask_cached(self) -> list[int]:
@@ -136,8 +183,13 @@ class FamilyHarness:
 
     def cfg(self, layout: str) -> dict:
         """The prompt arguments of a CFG layout."""
+        split_tokens = self.split_tokens or self.spec.split_tokens
         return {"none": dict(cfg=1.0, neg_tokens=8), "batched": dict(cfg=3.5, neg_tokens=8),
-                "split": dict(cfg=3.5, neg_tokens=self.split_tokens)}[layout]
+                "split": dict(cfg=3.5, neg_tokens=split_tokens)}[layout]
+
+    def prompt_args(self, layout: str = "none", **kwargs) -> dict:
+        """``family_prompt``'s arguments (the prefix left out) of the graph in a CFG layout."""
+        return {"seed": self.seed, "steps": self.steps, **self.cfg(layout), **kwargs}
 
     def calls(self, layout: str) -> int:
         """Model calls the sampler makes in ``layout``: one per step, two when cond and uncond run apart."""
@@ -145,18 +197,19 @@ class FamilyHarness:
 
     def prompt(self, layout: str = "none", *, cache: dict | None = None, prefix: str, **kwargs) -> dict:
         """The family's graph in a CFG layout, the cache node's inputs ``cache`` (None: no cache node)."""
-        kwargs = {"seed": self.seed, "steps": self.steps, **self.cfg(layout), **kwargs}
-        return self.build(family_prompt(self.family, cache=cache, prefix=f"{self.family}_{prefix}", **kwargs))
+        return self.build(family_prompt(self.family, cache=cache, prefix=f"{self.family}_{prefix}",
+                                        **self.prompt_args(layout, **kwargs)))
 
     def run(self, server: ComfyServer, graph: dict, node_id: str | None = "5", timeout: float | None = None):
         """(the run's outputs, the record node ``node_id`` published for this prompt, or None without it)."""
         return outputs_and_record(server, graph, self.outputs, node_id, timeout or self.timeout)
 
-    def check_record(self, record: dict, layout: str, *, devices: int = 1):
+    def check_record(self, record: dict, layout: str, *, devices: int = 1, bn: int = 0):
         """The record of node "5" caching the mask's steps in ``layout``: its calls, each list's cached steps, and
-        the blocks run (a computed call every block, a cached one the first of each list: Fn 1, Bn 0), per call in
-        order (for one device)."""
+        the blocks run (a computed call every block, a cached one the first of each list and its last ``bn``:
+        Fn 1, Bn ``bn``), per call in order (for one device)."""
         spec, steps, lists = self.spec, self.steps, self.spec.block_lists
+        ran_when_cached = len(lists) * (1 + bn)
         cached, calls = self.mask_cached, self.calls(layout)
         assert record["status"] == "ok" and record["model"] == spec.name and record["steps"] == steps
         assert record["node_id"] == "5" and record["cfg_mode"] == layout and record["calls"] == calls
@@ -171,49 +224,99 @@ class FamilyHarness:
             assert record["block_lists"] == [], "one list: the record's per-list account is for several"
         per_step = calls // steps
         assert record["block_evals_uncached"] == calls * spec.blocks
-        assert record["block_evals"] == per_step * (spec.blocks * (steps - len(cached)) + len(lists) * len(cached))
+        assert record["block_evals"] == per_step * (spec.blocks * (steps - len(cached)) + ran_when_cached * len(cached))
         if devices == 1:
             assert [(call[0], call[3]) for call in record["call_log"]] == [
-                (step, len(lists) if step in cached else spec.blocks) for step in range(steps) for _ in range(per_step)]
+                (step, ran_when_cached if step in cached else spec.blocks)
+                for step in range(steps) for _ in range(per_step)]
 
+
+KREA2 = FamilyHarness(
+    # The session's main server; seed 0 at CFG 3.5 (batched) is the Krea-2 node tests' baseline, so its runs without
+    # the node are theirs. Threshold, EasyCache, patches, heun, LoRA, compile and two devices: the Krea-2 node's own
+    # test files, which check them against Krea-2's own loop.
+    "krea2", seed=0, steps=8, off_layouts=("batched",), after_cached=True, easycache=False, spectrum=LAYOUTS,
+    forecast_nothing="batched")
+
+# Wan, Z-Image, Qwen-Image, Flux.1 and Flux.2 share ``family_server``. Their graph without the node in a layout is
+# sampled once (conftest's ``uncached_latent``) for caching off and the Forecast node forecasting nothing alike.
+WAN = FamilyHarness(
+    # Four blocks: the attention probe with a Bn block. heun cached in every layout: its own file's sampler matrix.
+    "wan", seed=3, steps=8, off_layouts=LAYOUTS, after_cached=True, medium_mask=(4, 6), attention_bn=1,
+    threshold=Threshold(full=True), patches=(DOUBLE_BLOCK,), heun=Heun(None, "split"),
+    compile_tolerance=1e-3, compile_after=True, two_devices=True, two_devices_off=True, spectrum=LAYOUTS,
+    forecast_nothing="split")
+
+ZIMAGE = FamilyHarness(
+    # ComfyUI detects it only at full width (3840): a run takes 15-60 s on 2 CPU cores, so heun at 3 steps.
+    "zimage", seed=3, steps=8, timeout=900.0, attention_bn=0, threshold=Threshold(full=True), patches=(DOUBLE_BLOCK,),
+    heun=Heun(None, "split", steps=3),
+    lora_layers=tuple(f"layers.{block}.{layer}" for block in range(2)
+                      for layer in ("attention.out", "feed_forward.w2")),
+    compile_tolerance=1e-3, compile_after=True, two_devices=True, two_devices_off=True, spectrum=LAYOUTS,
+    forecast_nothing="split")
+
+QWEN_IMAGE = FamilyHarness(
+    # 3072 wide even when shallow: heun at CFG 1 over 3 steps. Its LoRAs name its modules as they are
+    # (``transformer_blocks.N...``), without ComfyUI's prefix.
+    "qwen_image", seed=3, steps=8, timeout=900.0, attention_bn=0, threshold=Threshold(full=True),
+    patches=(DOUBLE_BLOCK,), heun=Heun(None, "none", steps=3),
+    lora_layers=tuple(f"transformer_blocks.{block}.{layer}" for block in range(2)
+                      for layer in ("attn.to_out.0", "img_mlp.net.2")), lora_prefix="",
+    compile_tolerance=1e-3, compile_after=True, two_devices=True, two_devices_off=True, spectrum=LAYOUTS,
+    forecast_nothing="split")
+
+FLUX1 = FamilyHarness(
+    # Two lists; its loop applies no ``double_block`` patch, a replacement of its middle single block stands in.
+    # Two devices: its own file (one decision per step and list shared by the devices).
+    "flux1", seed=3, steps=8, off_layouts=("batched", "split"), attention_bn=0, threshold=Threshold(full=True),
+    patches=(SINGLE_BLOCK_REPLACE,), heun=Heun("split", "split"),
+    lora_layers=(*(f"double_blocks.{block}.img_attn.proj" for block in range(2)),
+                 *(f"single_blocks.{block}.linear2" for block in range(3))),
+    compile_tolerance=1e-3, compile_after=True, spectrum=LAYOUTS, forecast_nothing="split")
+
+FLUX2 = FamilyHarness(
+    # Klein: every prompt padded to 512 tokens, so its split layout's negative is 600 (the spec's).
+    "flux2", seed=3, steps=8, off_layouts=("batched", "split"), attention_bn=0, threshold=Threshold(full=True),
+    patches=(SINGLE_BLOCK_REPLACE,), heun=Heun("split", "split"), spectrum=LAYOUTS, forecast_nothing="split")
 
 CHROMA = FamilyHarness(
     # ComfyUI detects Chroma only at full width: each call recomputes the approximator's 344-row table
     # (several seconds on 2 CPU cores), so 4 steps on a 32x32 image, and the costlier pairs left out.
-    "chroma", "chroma_server", seed=61, timeout=900.0, attention_probe=True,
+    "chroma", seed=61, timeout=900.0, attention_bn=0,
     threshold=Threshold(steps=4, warmup=2, cache=(("max_warmup_steps", 2),)), patches=(DIT_REPLACE,),
-    heun=("none", None),
+    heun=Heun("none", None),
     lora_layers=(*(f"double_blocks.{block}.img_attn.proj" for block in range(2)),
                  *(f"single_blocks.{block}.linear2" for block in range(2))),
     compile_tolerance=1e-2, two_devices=True, spectrum=("none",))
 
 LTXV = FamilyHarness(
-    "ltxv", "ltxv_server", seed=91, build=with_ltxv_conditioning, shapes=((1, 128, 2, 2, 2),),
+    "ltxv", seed=91, build=with_ltxv_conditioning, shapes=((1, 128, 2, 2, 2),),
     # Its blocks add into their input in place: with a zero residual kept, the cached step would be 0.073 off.
-    cfg1_error=0.04, threshold=Threshold(), patches=(DIT_REPLACE,), heun=("split", "none"),
+    cfg1_error=0.04, threshold=Threshold(), patches=(DIT_REPLACE,), heun=Heun("split", "none"),
     lora_layers=tuple(f"transformer_blocks.{block}.{layer}" for block in range(4)
                       for layer in ("attn1.to_out.0", "ff.net.2")),
     compile_tolerance=1e-3, two_devices=True, two_devices_off=True, spectrum=LAYOUTS)
 
 HUNYUAN_VIDEO = FamilyHarness(
     # One list: the real model's single-stream list is empty (54 double + 0 single), so is the tiny one's.
-    "hunyuan_video15", "hunyuan_video15_server", seed=91, steps=8, attention_probe=True,
+    "hunyuan_video15", seed=91, steps=8, attention_bn=0,
     threshold=Threshold(full=True), patches=(DIT_REPLACE, Patch("control", control(128), "control")),
-    heun=("split", "split"),
+    heun=Heun("split", "split"),
     lora_layers=tuple(f"double_blocks.{block}.{layer}" for block in range(3)
                       for layer in ("img_attn.proj", "img_mlp.2")),
     compile_tolerance=1e-3, two_devices=True, two_devices_off=True, spectrum=LAYOUTS)
 
 HUNYUAN_IMAGE = FamilyHarness(
     # The same class as HunyuanVideo 1.5 with both lists, on a 2D latent: what the second list changes.
-    "hunyuan_image21", "hunyuan_image21_server", seed=91, steps=8, shapes=((1, 64, 4, 4),),
-    layouts=("batched",), off_layout="batched", easycache=False, two_devices=True)
+    "hunyuan_image21", seed=91, steps=8, shapes=((1, 64, 4, 4),),
+    layouts=("batched",), off_layouts=("batched",), easycache=False, two_devices=True)
 
 LTX2 = FamilyHarness(
     # A video and an audio latent joined for the sampler and split after it: both outputs checked.
-    "ltx2", "ltx2_server", seed=101, build=with_av_latent, outputs=("7", "15"),
+    "ltx2", seed=101, build=with_av_latent, outputs=("7", "15"),
     shapes=((1, 128, 2, 2, 2), (1, 8, 8, 16)), cfg1_error=0.1, threshold=Threshold(),
-    patches=(DIT_REPLACE, Patch("stg_blocks", stg_blocks, "stg_self_attn_blocks")), heun=("split", "none"),
+    patches=(DIT_REPLACE, Patch("stg_blocks", stg_blocks, "stg_self_attn_blocks")), heun=Heun("split", "none"),
     lora_layers=tuple(f"transformer_blocks.{block}.{layer}" for block in range(4)
                       for layer in ("attn1.to_out.0", "ff.net.2", "audio_attn1.to_out.0", "audio_ff.net.2")),
     compile_tolerance=1e-3, two_devices=True, two_devices_off=True,
@@ -223,13 +326,14 @@ LTX2 = FamilyHarness(
 MINIMAX = FamilyHarness(
     # ComfyUI never batches its conds (each carries its own packed layout): CFG above 1 is split even with
     # prompts of one length, so its split layout has them (8 tokens each) and it has no batched one.
-    "minimax_h3", "minimax_server", seed=71, build=with_separate_av, outputs=("7", "15"),
+    "minimax_h3", seed=71, build=with_separate_av, outputs=("7", "15"),
     shapes=((1, 24, 2, 4, 4), (1, 32, 2, 8)), layouts=("none", "split"), split_tokens=8,
-    threshold=Threshold(full=True), patches=(DIT_REPLACE,), heun=("split", "split"),
+    threshold=Threshold(full=True), patches=(DIT_REPLACE,), heun=Heun("split", "split"),
     lora_layers=tuple(f"blocks.{block}.{layer}" for block in range(4) for layer in ("attn.out_proj", "mlp.fc2")),
     compile_tolerance=1e-3, two_devices=True, two_devices_off=True, spectrum=("split", "none"))
 
-HARNESSES = {harness.family: harness for harness in (CHROMA, LTXV, HUNYUAN_VIDEO, HUNYUAN_IMAGE, LTX2, MINIMAX)}
+HARNESSES = {harness.family: harness for harness in (KREA2, WAN, ZIMAGE, QWEN_IMAGE, FLUX1, FLUX2, CHROMA, LTXV,
+                                                    HUNYUAN_VIDEO, HUNYUAN_IMAGE, LTX2, MINIMAX)}
 
 
 # --- a cached step's outputs from one residual per stream (LTX-2's pair, MiniMax H3's packed sequence) -------

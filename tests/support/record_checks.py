@@ -14,6 +14,8 @@ from helpers import FAST_8_CACHED
 STEPS = 8
 FORECAST_STEPS = [2, 4, 6]
 REASONS = ["warmup", "warmup", "forecast", "schedule", "forecast", "schedule", "forecast", "final_steps"]
+# The Forecast node's custom inputs that forecast nothing: every step computed.
+FORECAST_NOTHING = {"forecast": "linear", "warmup_steps": 0, "window_size": 1.0, "window_growth": 0.0}
 
 
 def check_attribution(record: dict, streams: int = 1):
