@@ -88,11 +88,18 @@ def find_comfyui() -> Path | None:
     return next((path.resolve() for path in candidates if _is_comfyui(path)), None)
 
 
+def put_comfyui_on_path(comfy_root: Path):
+    """ComfyUI's own modules (``comfy``, its ``nodes``) importable in this process: its folder first on the
+    path, ahead of this repository (whose ``nodes/`` is the pack's). The one place that changes the path."""
+    if sys.path[:1] != [str(comfy_root)]:
+        sys.path.insert(0, str(comfy_root))
+
+
 def use_comfyui_in_process(comfy_root: Path):
     """Make this process able to import ComfyUI's own modules as its CPU server would (benchmarks that
     run ComfyUI's sampler in process): ComfyUI on the path and as the working folder, its options
     parsed from ``--cpu``."""
-    sys.path.insert(0, str(comfy_root))
+    put_comfyui_on_path(comfy_root)
     os.chdir(comfy_root)
     sys.argv = [sys.argv[0], "--cpu"]
     import comfy.options

@@ -267,7 +267,9 @@ def cache_dir(settings: ProxySettings = SETTINGS) -> Path:
 def _import_comfy(comfy_root: Path):
     """ComfyUI's model code, set up for training on the CPU: PyTorch attention, and ``in_training``
     (its fused RoPE kernel has no backward)."""
-    sys.path.insert(0, str(comfy_root))
+    from devkit.comfy_harness import put_comfyui_on_path
+
+    put_comfyui_on_path(comfy_root)
     import comfy.options
 
     comfy.options.enable_args_parsing(False)

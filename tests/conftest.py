@@ -27,19 +27,15 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
-REPO_ROOT = TESTS_DIR.parent   # the import root: devkit/ and benchmarks/ are its packages
-# The tests are grouped by concern (dbcache/, forecast/, families/, ...), what they share in support/; a test may
-# import another group's test module (a shared check), so every group is importable from every other.
-GROUPS = sorted(d for d in TESTS_DIR.iterdir() if d.is_dir() and any(d.glob("test_*.py")))
-sys.path[:0] = [str(TESTS_DIR / "support"), *map(str, GROUPS), str(REPO_ROOT)]
-
+REPO_ROOT = TESTS_DIR.parent
+# The tests are grouped by concern (dbcache/, forecast/, families/, ...), what they share in support/: the
+# repository and support/ are import roots (pyproject's pythonpath); no test module imports another.
 from browser_harness import BROWSER_DIR  # noqa: E402
 from devkit.comfy_harness import REQUIRE_TIERS_ENV, ComfyServer, find_comfyui, load_pack, required_tiers  # noqa: E402
 

@@ -60,8 +60,8 @@ def run_tiers(tmp_path: Path, *args: str, require: str = "") -> tuple[subprocess
     module.write_text(MODULE)
     durations = tmp_path / "durations.json"
     durations.unlink(missing_ok=True)
-    # The conftest as a plugin, imported as the suite imports it: from tests/, with the repository's packages.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO), os.environ.get("PYTHONPATH", "")]),
+    # The conftest as a plugin, imported as the suite imports it: from tests/, with the suite's import roots.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR / "support"), str(REPO), os.environ.get("PYTHONPATH", "")]),
                KREA2_REQUIRE_TIERS=require)
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider",
                              "--rootdir", str(tmp_path), "--durations-json", str(durations), *args, str(module)],
