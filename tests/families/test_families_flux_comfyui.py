@@ -1,7 +1,7 @@
 """Flux through CacheDiTDBCache beyond the family tests: two block lists in the record, the Flux.2
 file with a guidance embedding, a ControlNet's ``control``, reference latents, multi-GPU sampling
 (two device copies, one decision per step and block list shared by them) (real server, tiny
-seeded-random Flux.1 dev, Flux.2 dev and Flux.2 Klein from tests/comfy_models.py).
+seeded-random Flux.1 dev, Flux.2 dev and Flux.2 Klein from devkit/comfy_models.py).
 
 The family scenarios (test_family_scenarios_comfyui, harnesses "flux1" and "flux2" = Klein) check CFG modes, the
 step mask, the threshold, true block indices and types, EasyCache, loop patches, heun, a LoRA, TorchCompileModel

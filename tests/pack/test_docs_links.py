@@ -1,5 +1,6 @@
 """The README and docs/*.md: every relative link and #anchor resolves, every docs page can be
-reached from the README, and the README stays short (at most 200 lines).
+reached from the README, and the README stays short (at most 200 lines). Every repository path named
+in those pages, the help pages and the Python files (``adapters/x.py``, ``docs/y.md``, ...) exists.
 
 Anchors are matched against the headings as GitHub slugs them: the heading's text (link text
 for links, code without its backticks), lower-cased, everything but letters, digits, spaces,
@@ -23,6 +24,36 @@ CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_DEF = re.compile(r"^ {0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.MULTILINE)
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+# A repository path as pages and comments name it: a top-level folder of the repository, then a file
+# (not a glob or a pattern such as ``test_families_<family>_comfyui.py``), not inside another path.
+REPO_PATH = re.compile(r"(?<![\w/.-])(?:adapters|nodes|web|tests|devkit|benchmarks|tools|docs|example_workflows|locales)"
+                       r"/[\w/.-]*\w\.(?:py|md|json|js|mjs)(?![\w*<])")
+# Paths named that are not the repository's own files.
+NOT_REPOSITORY_FILES = {
+    "adapters/record/x.py",          # tests/pack/test_layout.py: an example of how a relative import resolves
+    "docs/benchmark/NVIDIA_GPU.md",  # cache-dit's repository, where its own figures come from
+    "tools/convert.py",              # ComfyUI-GGUF's conversion tool
+}
+CODE_FOLDERS = ("adapters", "nodes", "devkit", "benchmarks", "tools", "tests")
+
+
+def files_naming_paths() -> list[Path]:
+    """The pages and the Python files whose paths must exist: the README, docs/*.md, the help pages, and
+    every Python file of the pack, its tests and its development code."""
+    python = [p for folder in CODE_FOLDERS for p in (REPO / folder).rglob("*.py")
+              if "node_modules" not in p.parts and "__pycache__" not in p.parts
+              and p != Path(__file__).resolve()]  # this file names missing paths to show they are found
+    return [*doc_files(), *sorted((REPO / "web" / "docs").rglob("*.md")),
+            *sorted(REPO.glob("*.py")), *sorted(python)]
+
+
+def missing_paths(path: Path) -> list[str]:
+    """'line: path' for each repository path ``path`` names that is not there."""
+    return [f"{number}: {found}" for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            for found in REPO_PATH.findall(line)
+            if found not in NOT_REPOSITORY_FILES and not (REPO / found).exists()]
 
 
 def doc_files() -> list[Path]:
@@ -130,3 +161,16 @@ def test_slugs_and_broken_links_are_found_as_github_would(tmp_path):
         "```\n[in a fence](fenced.md)\n# not a heading\n```\n", encoding="utf-8")
     assert anchors(other := tmp_path / "other.md") == {"title", "part", "part-1"}, anchors(other)
     assert [b.split(":")[0] for b in broken_links(page)] == ["missing.md", "other.md#parts", "#nowhere"]
+
+
+def test_every_repository_path_named_exists():
+    missing = {str(p.relative_to(REPO)): m for p in files_naming_paths() if (m := missing_paths(p))}
+    assert not missing, f"paths named that are not in the repository: {missing}"
+
+
+def test_paths_are_found_as_they_are_named(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("`adapters/figures.py` and adapters/nowhere.py, a glob docs/*.md, a pattern\n"
+                    "tests/families/test_families_<family>_comfyui.py, ComfyUI's comfy/ldm/x.py and other/tests/y.py,\n"
+                    "(benchmarks/results/gone.json): and the example adapters/record/x.py\n", encoding="utf-8")
+    assert missing_paths(page) == ["1: adapters/nowhere.py", "3: benchmarks/results/gone.json"]
