@@ -152,7 +152,7 @@ def _forward_through(step: str):
 
     # Python bookkeeping that torch.compile must not trace (it would guard on this run's objects and
     # compile again on the next run). The text path itself then runs eagerly under a compiled model:
-    # once per batch of conds and run, where it used to run compiled on every call.
+    # once per batch of conds and run, not on every call, so compiling it would save little.
     @torch.compiler.disable
     def forward(module, x, *args, **kwargs):
         reuse, own = _ACTIVE.get(id(module)), type(module).forward
