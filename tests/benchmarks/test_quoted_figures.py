@@ -5,6 +5,10 @@ report's table where no results file keeps it). On every page that quotes figure
 the help pages in en and zh, the zh locale and the nodes' source, where tooltips are written), each figure
 (an MAE in /255, a speedup, a timing ``a s → b s``) must sit inside one of the module's phrases for the page's
 language, so a figure changed on any one page is no longer one of them and fails here.
+
+Not scanned: the benchmark report (docs/benchmarks.md), whose tables from committed results
+``tests/benchmarks/test_report_tables.py`` holds cell by cell and whose dated runs no results file keeps, and
+docs/proxy.md, the proxies' own measurements (that test holds the one table of it a results file keeps).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ RESULTS = REPO / "benchmarks" / "results"
 REGIMES = {8: "turbo", 52: "raw"}
 
 EN_PAGES = ["README.md", *(f"docs/{name}.md" for name in
-                           ("settings", "nodes", "stats", "how-it-works", "troubleshooting", "families")),
+                           ("settings", "nodes", "stats", "how-it-works", "troubleshooting", "families",
+                            "gpu-check", "development")),
             *sorted(str(p.relative_to(REPO)) for p in (REPO / "web" / "docs").glob("*.md")),
             *sorted(str(p.relative_to(REPO)) for p in (REPO / "nodes").glob("*.py"))]
 ZH_PAGES = [*sorted(str(p.relative_to(REPO)) for p in (REPO / "web" / "docs").glob("*/zh.md")),

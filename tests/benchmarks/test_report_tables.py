@@ -10,10 +10,14 @@ Each cell is the file's value at the printed rounding, its row found by its case
   ``benchmarks/results/forecast_error.json``, but for the row of the search before ``target`` and
   ``raw_8_of_52``'s output forecast, which that file does not keep.
 
+And in docs/proxy.md, the Turbo proxy's feature moves per step (``change_img`` of ``forecast_error.json``) and
+their sigmas.
+
 Not held, because no committed file keeps their run: the other tables of "Against EasyCache and LazyCache"
 (dated runs that predate the Turbo proxy: both regimes sampled the trained proxy), "On the trained proxy", the
 first table of "Forecast error per step", the host-time and py-spy tables, the soak run and the random-weight
-"Speedup demo" (``tests/benchmarks/test_quoted_figures.py`` takes that table as its own source).
+"Speedup demo" (``tests/benchmarks/test_quoted_figures.py`` takes that table as its own source); in
+docs/proxy.md, the proxy tier's measurements and the Turbo proxy's first ``--no-search`` figures.
 """
 
 from __future__ import annotations
@@ -238,3 +242,13 @@ def test_a_changed_cell_of_the_forecast_error_table_is_found():
     rows[5][4] = "0.95 (of the output: 0.98)"
     wrong = forecast_mismatches(rows, load("forecast_error.json")["regimes"])
     assert [w.split(": ")[1].split()[0] for w in wrong] == ["errors", "latent", "output"], wrong
+
+
+def test_the_turbo_proxys_feature_moves_in_the_proxy_page_are_its_forecast_errors():
+    turbo = load("forecast_error.json")["regimes"]["turbo"]
+    text = (REPO / "docs" / "proxy.md").read_text(encoding="utf-8")
+    header = next(line for line in text.splitlines() if line.startswith("| step (sigma) |"))
+    (row,) = [r for r in table(text, "| step (sigma) |") if r[0] == "final layer's feature: Turbo proxy"]
+    moves = turbo["change_img"][1:]
+    assert row[1:] == [f"{m:.3f}" for m in moves] + [f"{sum(moves) / len(moves):.3f}"]
+    assert header.split("|")[2:-2] == [f" {step} ({sigma:.3f}) " for step, sigma in enumerate(turbo["sigmas"][1:-1], 1)]
