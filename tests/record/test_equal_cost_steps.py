@@ -14,10 +14,10 @@ import json
 
 import pytest
 
-from devkit.comfy_harness import strict_loads
 from cache_runs import (COND, FAST, FAST_MASK_CACHED, OFF, SHAPE, SIGMAS, STEPS, TURBO, TURBO_FORECAST, UNCOND, Stream,
                         fail_after_one_call, forward, open_run, record_of, run_batched, run_on_two_devices, run_single,
                         run_split, seeded_transformer)
+from devkit.comfy_harness import strict_loads
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
 from krea2_cachedit.adapters.record.run_record import RunMeta, skipped_record
 
