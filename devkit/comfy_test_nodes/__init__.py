@@ -392,7 +392,8 @@ def _proxy_module():
 
 
 class Krea2TestProxyDecode:
-    """The proxy's linear latent codec, decoding; ``codec_path`` empty = the cached proxy build's."""
+    """The proxy's linear latent codec, decoding; ``codec_path``: the proxy build's codec file (the server
+    cannot tell which build the test samples: it names the file)."""
 
     CATEGORY = "Krea-2/testing"
     RETURN_TYPES = ("IMAGE",)
@@ -400,15 +401,14 @@ class Krea2TestProxyDecode:
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"samples": ("LATENT",)},
-                "optional": {"codec_path": ("STRING", {"default": ""})}}
+        return {"required": {"samples": ("LATENT",), "codec_path": ("STRING", {"default": ""})}}
 
-    def decode(self, samples, codec_path=""):
+    def decode(self, samples, codec_path):
         proxy = _proxy_module()
-        path = Path(codec_path) if codec_path else proxy.cache_dir() / proxy.CODEC_NAME
+        path = Path(codec_path)
         if not path.is_file():
-            raise FileNotFoundError(f"Krea2TestProxyDecode: no proxy codec at {path}; build the proxy first "
-                                    f"(python3 dev.py test does, or: python -m devkit.krea2_proxy build)")
+            raise FileNotFoundError(f"Krea2TestProxyDecode: codec_path {codec_path!r} is not a file: give the proxy "
+                                    f"build's {proxy.CODEC_NAME} (python -m devkit.krea2_proxy path names its folder)")
         images = proxy.PatchCodec.load(path).decode_comfy(samples["samples"])
         return (images.permute(0, 2, 3, 1).contiguous(),)
 

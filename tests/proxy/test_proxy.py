@@ -19,6 +19,7 @@ import pytest
 import torch
 from devkit.comfy_harness import REPO_ROOT, prompt_error
 from devkit.krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, TURBO_PROXY_MODEL, proxy_prompt
+from devkit.krea2_proxy import CODEC_NAME
 
 from krea2_cachedit.adapters.image_compare import mae_255_and_mse, psnr_from_mse
 
@@ -294,7 +295,7 @@ def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
 
     workflow = json.loads((REPO_ROOT / "example_workflows" / "krea2_turbo_compare.json").read_text())
     prompt = example_prompt_on_proxy(workflow, proxy_server.get("/object_info"), label=5, prefix="proxy_compare",
-                                     model=TURBO_PROXY_MODEL)
+                                     codec=proxy.checkpoint.parent / CODEC_NAME, model=TURBO_PROXY_MODEL)
     (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
     entry, [record] = proxy_server.run_with_stats(prompt, node_id=cache_id)
     assert cached_count(record) >= 1, record["residual_diffs"]

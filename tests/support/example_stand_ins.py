@@ -287,11 +287,12 @@ def decoded_by(prompt: dict, image: str) -> str:
     return image
 
 
-def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str,
+def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, prefix: str, codec: Path,
                             model: str | None = None) -> dict:
-    """The API prompt of an example workflow on the proxy (see the module docstring); ``model``: the
-    checkpoint's file name on the server, the trained proxy's unless the example's regime asks for
-    another (the Turbo proxy, ``TURBO_PROXY_MODEL``, for an 8-step CFG-1 example)."""
+    """The API prompt of an example workflow on the proxy (see the module docstring); ``codec``: the proxy
+    build's codec file, which decodes in place of the VAE; ``model``: the checkpoint's file name on the
+    server, the trained proxy's unless the example's regime asks for another (the Turbo proxy,
+    ``TURBO_PROXY_MODEL``, for an 8-step CFG-1 example)."""
     from devkit.krea2_prompts import PROXY_MODEL, PROXY_SIZE
     from devkit.krea2_proxy import SETTINGS, class_seed
 
@@ -305,7 +306,8 @@ def example_prompt_on_proxy(workflow: dict, object_info: dict, *, label: int, pr
             conditioning = {"seed": class_seed(label), "tokens": SETTINGS.tokens, "features": SETTINGS.context_features}
             prompt[node_id] = {"class_type": "Krea2TestConditioning", "inputs": conditioning}
         elif kind == "VAEDecode":
-            prompt[node_id] = {"class_type": "Krea2TestProxyDecode", "inputs": {"samples": inputs["samples"]}}
+            prompt[node_id] = {"class_type": "Krea2TestProxyDecode",
+                               "inputs": {"samples": inputs["samples"], "codec_path": str(codec)}}
         elif kind == "EmptyLatentImage":
             inputs.update(width=PROXY_SIZE, height=PROXY_SIZE)
         elif kind == "SaveImage":
