@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from devkit.checkpoint_cache import cache_key, cached_checkpoint, comfyui_identity
 from devkit.comfy_harness import comfyui_python, load_pack
 
 load_pack()
@@ -29,10 +30,18 @@ save_file({k: torch.zeros(v.shape) for k, v in model.state_dict().items()}, out_
 """
 
 
+def _generated(comfy_root: Path, path: Path, label: str, script: str, *args: str, timeout: float = 300) -> Path:
+    """``path`` holds what ``script`` writes with ComfyUI's python (its arguments, then the output file),
+    from the checkpoint cache when the same script, arguments and ComfyUI made it before."""
+    def make(out: Path):
+        subprocess.run([comfyui_python(comfy_root), "-c", script, *args, str(out)], cwd=comfy_root, check=True,
+                       capture_output=True, timeout=timeout)
+
+    return cached_checkpoint(path, label, cache_key(script, *args, comfyui_identity(comfy_root)), make)
+
+
 def make_tiny_wan(comfy_root: Path, path: Path) -> Path:
-    subprocess.run([comfyui_python(comfy_root), "-c", _WAN_SCRIPT, str(path)], cwd=comfy_root, check=True,
-                   capture_output=True, timeout=300)
-    return path
+    return _generated(comfy_root, path, "tiny_wan", _WAN_SCRIPT)
 
 
 # Seeded-random checkpoints of other families, in ComfyUI's native key format, built with
@@ -196,9 +205,7 @@ def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int 
     "ltx2" LTX-2 (4 blocks, video width 128, audio 64, its widths in the file's metadata config),
     "hunyuan_video15" HunyuanVideo 1.5 t2v (3 double blocks, width 128), "hunyuan_image21" HunyuanImage 2.1
     (2 double + 2 single blocks, width 128)."""
-    subprocess.run([comfyui_python(comfy_root), "-c", _FAMILY_SCRIPT, family, str(seed), str(path)], cwd=comfy_root,
-                   check=True, capture_output=True, timeout=900)
-    return path
+    return _generated(comfy_root, path, f"{family}-s{seed}", _FAMILY_SCRIPT, family, str(seed), timeout=900)
 
 
 def make_lora(shape: Krea2Shape, native_names: bool, rank: int = 4) -> dict[str, torch.Tensor]:
@@ -283,9 +290,7 @@ FAMILY_MODELS["minimax_h3"] = "minimax_h3_tiny.safetensors"
 
 def make_minimax_h3_checkpoint(comfy_root: Path, path: Path, seed: int = 0) -> Path:
     """A seeded-random MiniMax H3 (4 blocks, width 64, text width 32), as ComfyUI detects it."""
-    subprocess.run([comfyui_python(comfy_root), "-c", _MINIMAX_H3_SCRIPT, str(seed), str(path)], cwd=comfy_root,
-                   check=True, capture_output=True, timeout=300)
-    return path
+    return _generated(comfy_root, path, f"minimax_h3-s{seed}", _MINIMAX_H3_SCRIPT, str(seed))
 
 
 # LTX-2 last: a checkpoint's seed is its key's place in ``FAMILY_MODELS`` (built by ``make_family_checkpoint``).

@@ -10,9 +10,12 @@ the memory benchmark (``benchmarks/realshape_memory.py``) run it.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 
+from devkit import krea2_synthetic
+from devkit.checkpoint_cache import cache_key, cached_checkpoint
 from devkit.comfy_harness import ComfyServer
 from devkit.krea2_prompts import krea2_prompt
 from devkit.krea2_synthetic import FULL_SIZE, write_native_checkpoint
@@ -34,8 +37,10 @@ def realshape_prompt(cache: dict | None, seed: int = 0) -> dict:
 
 
 def start_realshape_server(comfy_root, base) -> ComfyServer:
-    """A server with the two-block real-size Krea-2, written tensor by tensor (bf16, 3 GB)."""
+    """A server with the two-block real-size Krea-2 (bf16, 3 GB): drawn tensor by tensor into the checkpoint
+    cache once, copied from it after."""
     base = ComfyServer.prepare_base_dir(base)
-    write_native_checkpoint(base / "models" / "diffusion_models" / REALSHAPE_MODEL, REALSHAPE, seed=0,
-                            dtype=torch.bfloat16)
+    key = cache_key(Path(krea2_synthetic.__file__).read_text(), repr(REALSHAPE), "seed 0", "bfloat16")
+    cached_checkpoint(base / "models" / "diffusion_models" / REALSHAPE_MODEL, "krea2_realshape", key,
+                      lambda out: write_native_checkpoint(out, REALSHAPE, seed=0, dtype=torch.bfloat16))
     return ComfyServer(comfy_root, base).start(timeout=300)
