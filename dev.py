@@ -4,8 +4,9 @@
     python3 dev.py demo    # sampling with and without Cache-DiT, cache stats and speedup
     python3 dev.py test    # the whole test suite (what CI runs)
 
-``test`` passes its other arguments to pytest; ``--tier NAME`` (repeated, or a comma list) runs only
-those tiers and only their setup steps. Every run keeps its tests' tiers and durations in
+``test`` runs every tier but realshape in two pytest workers side by side, then realshape alone
+(docs/development.md, "Test tiers"); ``--tier NAME`` (repeated, or a comma list) runs only those tiers
+and only their setup steps; other pytest arguments (paths, ``-k``) make one plain pytest run of them. Every run keeps its tests' tiers and durations in
 ``tests/artifacts/durations.json``; ``python3 dev.py tier-times`` prints them as docs/development.md's table.
 
 With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py) and the Turbo proxy
@@ -35,6 +36,7 @@ run and pass without a skip, and a missing ComfyUI stops the run at once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -46,7 +48,8 @@ from devkit.comfy_harness import REQUIRE_TIERS_ENV, find_comfyui, required_tiers
 
 REPO = Path(__file__).resolve().parent
 
-DEV_REQUIREMENTS = ["pytest>=8", "matplotlib"]  # matplotlib: the peer benchmark's plot (python -m benchmarks.peers)
+# matplotlib: the peer benchmark's plot (python -m benchmarks.peers); pytest-xdist: test workers side by side.
+DEV_REQUIREMENTS = ["pytest>=8", "pytest-xdist>=3", "matplotlib"]
 # Without ComfyUI: the small CPU build that pip finds on machines prepared for it, else PyPI's.
 STANDALONE_TORCH = "torch==2.13.0"
 DURATIONS_JSON = REPO / "tests" / "artifacts" / "durations.json"   # each test run's tiers and durations
@@ -161,6 +164,97 @@ def chosen_tiers(args: list[str]) -> list[str]:
     return list(dict.fromkeys(name.strip() for value in values for name in value.split(",") if name.strip()))
 
 
+# The realshape tier runs after the others, on its own: its 3 GB real-size model wants the machine's memory
+# and both cores (one block call is some tens of seconds of two-core matrix work).
+ALONE_TIERS = ("realshape",)
+WORKERS_ENV = "KREA2_TEST_WORKERS"
+
+
+@dataclasses.dataclass
+class Phase:
+    """One pytest run of ``dev.py test``: its arguments, the tiers it must run, its environment."""
+    name: str
+    args: list[str]
+    required: list[str]
+    env: dict[str, str]
+
+    durations: Path = DURATIONS_JSON   # where its pytest keeps its tests' tiers and durations
+
+
+def without_tier_args(args: list[str]) -> list[str]:
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--tier":
+            skip = True
+        elif not arg.startswith("--tier="):
+            kept.append(arg)
+    return kept
+
+
+def planned_phases(args: list[str], required: list[str], workers: int) -> list[Phase]:
+    """The runs ``dev.py test [--tier NAME] ...`` makes: the tiers that share the machine first, in ``workers``
+    pytest workers side by side (one thread each: test models are small, and threads of two workers would
+    contend for the same two cores), then the tiers that need it alone. Other pytest arguments (paths, -k)
+    ask for one plain run of what they name."""
+    chosen = chosen_tiers(args)
+    if without_tier_args(args):
+        return [Phase("run", args, required, {})]
+    together = [name for name in chosen if name not in ALONE_TIERS]
+    alone = [name for name in chosen or ALONE_TIERS if name in ALONE_TIERS]
+    phases = []
+    if together or not chosen:
+        tiers = ([f"--tier={','.join(together)}"] if together else []) + [f"--not-tier={','.join(ALONE_TIERS)}"]
+        side_by_side = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+        phases.append(Phase("together", tiers + side_by_side, [t for t in required if t not in ALONE_TIERS],
+                            {"OMP_NUM_THREADS": "1"} if workers > 1 else {}))
+    if alone:
+        phases.append(Phase("alone", [f"--tier={','.join(alone)}"], [t for t in required if t in ALONE_TIERS], {}))
+    if len(phases) > 1:   # each keeps its own file; the run's is the two merged
+        for phase in phases:
+            phase.durations = DURATIONS_JSON.with_name(f"durations-{phase.name}.json")
+    return phases
+
+
+def merged_durations(records: list[dict]) -> dict:
+    """One durations record of a run made in phases: each tier as the phase that ran it reported it."""
+    tiers = {}
+    for record in records:
+        for name, tier in record["tiers"].items():
+            if tier["tests"] or name not in tiers:
+                tiers[name] = tier
+    return {"args": [arg for record in records for arg in record["args"]],
+            "phases": [{"args": record["args"], "wall_s": record["wall_s"]} for record in records],
+            "selected_tiers": [name for record in records for name in record["selected_tiers"]],
+            "required_tiers": required_tiers(), "wall_s": round(sum(record["wall_s"] for record in records), 2),
+            "tiers": tiers, "tests": [test for record in records for test in record["tests"]]}
+
+
+def run_tests(python: Path, args: list[str]) -> int:
+    workers = int(os.environ.get(WORKERS_ENV) or min(2, os.cpu_count() or 1))
+    phases = planned_phases(args, required_tiers(), workers)
+    failed = False
+    for phase in phases:
+        env = {**os.environ, **phase.env, REQUIRE_TIERS_ENV: ",".join(phase.required)}
+        phase.durations.unlink(missing_ok=True)
+        print(f"+ tests, {phase.name}: pytest {' '.join(phase.args)}", flush=True)
+        result = subprocess.run([python, "-m", "pytest", "-ra", "--durations-json", phase.durations, *phase.args],
+                                cwd=REPO, env=env)
+        failed |= result.returncode != 0
+    if len(phases) > 1:
+        import json
+
+        records = [json.loads(phase.durations.read_text()) for phase in phases if phase.durations.is_file()]
+        record = merged_durations(records)
+        DURATIONS_JSON.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"\nall phases ({record['wall_s'] / 60:.1f} min), kept in {DURATIONS_JSON}:")
+        for name, tier in record["tiers"].items():
+            print(f"TIER {name}: {tier['verdict']} ({tier['passed']} passed, {tier['failed']} failed, "
+                  f"{tier['skipped']} skipped) in {tier['seconds']:.1f} s")
+    return 1 if failed else 0
+
+
 def tier_times(args: list[str]) -> int:
     """docs/development.md's table of tier times, in Markdown, from a run's durations file
     (``tests/artifacts/durations.json`` unless a path is given)."""
@@ -212,8 +306,7 @@ def main(argv: list[str]) -> int:
         prepare_packaging_tools()
     if wanted("proxy"):
         prepare_proxy(python, comfy_root)
-    result = subprocess.run([python, "-m", "pytest", "-ra", *rest], cwd=REPO)
-    return result.returncode
+    return run_tests(python, rest)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """The server's port was bound by another process before it could bind it."""
+
+
 class ComfyServer:
     """One real ComfyUI process (on the CPU unless ``cpu=False``), with a private base directory."""
 
@@ -174,7 +178,18 @@ class ComfyServer:
         return base_dir
 
     # --- process ----------------------------------------------------------------
-    def start(self, timeout: float = 120.0) -> "ComfyServer":
+    def start(self, timeout: float = 120.0, tries: int = 3) -> "ComfyServer":
+        """Start the process and wait until it answers; a port another server took between ``free_port``
+        and the bind (test runs side by side) is given up for a new one."""
+        for _ in range(tries - 1):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> "ComfyServer":
         self.prepare_base_dir(self.base_dir, self.link_pack)
         cmd = [comfyui_python(self.comfy_root), "main.py", *(["--cpu"] if self.cpu else []), "--listen", "127.0.0.1",
                "--port", str(self.port), "--disable-auto-launch", "--base-directory", str(self.base_dir),
@@ -188,12 +203,17 @@ class ComfyServer:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
+                self._log.close()
+                if "address already in use" in self.log_tail(2000).lower():
+                    raise PortTaken(self.port)
                 raise RuntimeError(f"ComfyUI exited early:\n{self.log_tail()}")
             try:
-                self.get("/system_stats")
-                return self
+                # The server on the port must be this one (its argv names this base directory), not another's.
+                if str(self.base_dir) in self.get("/system_stats")["system"]["argv"]:
+                    return self
             except (urllib.error.URLError, ConnectionError, OSError):
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         raise RuntimeError(f"ComfyUI did not start in {timeout}s:\n{self.log_tail()}")
 
     def stop(self):

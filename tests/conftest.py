@@ -13,7 +13,7 @@ A test's tier is its ``tier`` marker (``pytest.mark.tier("browser")``), else "co
 marked ``comfyui`` or needs ``comfy_root`` (every server fixture does), else "core"; a new tier needs
 nothing but the marker. A test labelled core that resolves ComfyUI all the same (a server taken by
 name, ``request.getfixturevalue``) fails, naming itself. ``--tier NAME`` (repeated, or a comma list)
-runs only those tiers. Each run ends with its tests per tier, their seconds and the slowest tests, and
+runs only those tiers, ``--not-tier NAME`` all but those. Each run ends with its tests per tier, their seconds and the slowest tests, and
 keeps each test's tier, outcome and seconds in ``tests/artifacts/durations.json`` (``--durations-json``).
 
 ``KREA2_REQUIRE_TIERS`` (CI sets it, see ``.ci/run``) lists tiers that must each have run and
@@ -49,6 +49,8 @@ _STARTED = pytest.StashKey[float]()
 def pytest_addoption(parser):
     parser.addoption("--tier", action="append", default=[], metavar="NAME",
                      help="run only the tests of this tier (repeat it or give a comma list): " + ", ".join(BASE_TIERS))
+    parser.addoption("--not-tier", action="append", default=[], metavar="NAME",
+                     help="leave this tier's tests out (repeat it or give a comma list)")
     parser.addoption("--durations-json", default=str(DURATIONS_JSON), metavar="PATH",
                      help="where the run keeps each test's tier, outcome and duration (default: %(default)s)")
 
@@ -58,10 +60,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "tier(name): the test tier this test belongs to (reported per tier)")
 
 
+def _names(config, option: str) -> list[str]:
+    return list(dict.fromkeys(name.strip() for value in config.getoption(option) for name in value.split(",")
+                              if name.strip()))
+
+
 def selected_tiers(config) -> list[str]:
     """The tiers ``--tier`` asks for, in order; empty when it is not given (every tier runs)."""
-    return list(dict.fromkeys(name.strip() for value in config.getoption("tier") for name in value.split(",")
-                              if name.strip()))
+    return _names(config, "tier")
+
+
+def left_out_tiers(config) -> list[str]:
+    """The tiers ``--not-tier`` leaves out (``dev.py test`` runs realshape apart from the others)."""
+    return _names(config, "not_tier")
 
 
 def _tier(item) -> str:
@@ -93,15 +104,17 @@ def _check_tier(item, report):
 
 
 def pytest_collection_modifyitems(config, items):
-    wanted = selected_tiers(config)
-    if not wanted:
+    wanted, left_out = selected_tiers(config), left_out_tiers(config)
+    if not (wanted or left_out):
         return
     known = {*BASE_TIERS, *(_tier(item) for item in items)}
-    if unknown := [name for name in wanted if name not in known]:
-        raise pytest.UsageError(f"--tier {','.join(unknown)}: no such tier (tiers: {', '.join(sorted(known))})")
+    for option, names in (("--tier", wanted), ("--not-tier", left_out)):
+        if unknown := [name for name in names if name not in known]:
+            raise pytest.UsageError(f"{option} {','.join(unknown)}: no such tier (tiers: {', '.join(sorted(known))})")
     kept, deselected = [], []
     for item in items:
-        (kept if _tier(item) in wanted else deselected).append(item)
+        tier = _tier(item)
+        (kept if (not wanted or tier in wanted) and tier not in left_out else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
@@ -184,7 +197,8 @@ def pytest_runtest_makereport(item, call):
 def reported_tiers(config=None) -> list[str]:
     """The tiers a run reports: the selected ones under ``--tier``, else every base tier; and the required ones."""
     chosen = selected_tiers(config) if config is not None else []
-    return list(dict.fromkeys([*(chosen or BASE_TIERS), *required_tiers()]))
+    left_out = left_out_tiers(config) if config is not None else []
+    return list(dict.fromkeys([*(name for name in chosen or BASE_TIERS if name not in left_out), *required_tiers()]))
 
 
 def tier_results(config=None) -> dict[str, TierResult]:
@@ -213,7 +227,15 @@ def pytest_sessionstart(session):
     session.config.stash[_STARTED] = time.time()
 
 
+def is_worker(config) -> bool:
+    """An xdist worker: it runs some of the tests and sends their reports to the controller, which keeps the
+    record, the tier verdicts and the summary of the whole run."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_sessionfinish(session, exitstatus):
+    if is_worker(session.config):
+        return
     if missing_required_tiers(session.config) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if _OUTCOMES:
@@ -244,7 +266,9 @@ def write_durations(config, path: Path):
 def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.section("test tiers")
     deselected = len(terminalreporter.stats.get("deselected", ()))
-    terminalreporter.write_line("selected per tier: " + (", ".join(f"{name} {n}" for name, n in _COLLECTED.items())
+    # Under xdist the workers collect: the controller counts the tests it got reports for.
+    collected = _COLLECTED or collections.Counter(test.tier for test in _OUTCOMES.values())
+    terminalreporter.write_line("selected per tier: " + (", ".join(f"{name} {n}" for name, n in collected.items())
                                                          or "none") + (f" ({deselected} deselected)" if deselected else ""))
     if config.option.collectonly:
         return
@@ -264,6 +288,8 @@ def pytest_terminal_summary(terminalreporter, config):
 
 def pytest_unconfigure(config):
     """The verdict on required tiers, last: below pytest's own summary, where a CI log is read."""
+    if is_worker(config):
+        return
     problems = missing_required_tiers(config)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if not problems or reporter is None:

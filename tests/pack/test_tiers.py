@@ -144,3 +144,54 @@ def test_dev_test_reads_the_tiers_among_pytests_arguments():
                              "['-q', '--tier', 'core', '-k', 'x', '--tier=comfyui,proxy', '--tier', 'core'])))"],
                             cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     assert chosen == "core,comfyui,proxy"
+
+
+def test_not_tier_leaves_a_tier_out_and_a_required_tier_left_out_fails(tmp_path):
+    result, kept = run_tiers(tmp_path, "--not-tier", "proxy", "-k", "not test_takes_its_server_by_name")
+    assert result.returncode == 0, result.stdout
+    assert sorted(test["tier"] for test in kept["tests"]) == ["comfyui", "comfyui", "core"]
+    assert "TIER proxy" not in result.stdout and "TIER core: PASSED" in result.stdout
+
+    result, _ = run_tiers(tmp_path, "--not-tier", "proxy", require="proxy")
+    assert result.returncode == 1 and "TIER proxy: NOT RUN" in result.stdout
+
+
+def test_workers_side_by_side_report_and_keep_the_same_tiers_as_one_run(tmp_path):
+    """Under pytest-xdist (``dev.py test`` runs two workers) the workers collect and run the tests; the
+    controller counts, keeps the record and gives the verdicts from their reports."""
+    result, kept = run_tiers(tmp_path, "-n", "2", "-k", "not test_takes_its_server_by_name",
+                             require="core,comfyui,proxy")
+    assert result.returncode == 0, result.stdout
+    assert [kept["tiers"][name]["tests"] for name in ("core", "comfyui", "proxy")] == [1, 2, 1]
+    [selected] = [line for line in result.stdout.splitlines() if line.startswith("selected per tier: ")]
+    assert sorted(selected.removeprefix("selected per tier: ").split(", ")) == ["comfyui 2", "core 1", "proxy 1"]
+    assert "TIER comfyui: PASSED (2 passed)" in result.stdout
+    assert "CI requires" not in result.stdout
+
+    result, kept = run_tiers(tmp_path, "-n", "2")
+    assert result.returncode == 1
+    assert {test["nodeid"].split("::")[1]: test["outcome"] for test in kept["tests"]}[
+        "test_takes_its_server_by_name"] == "failed"
+
+
+def test_dev_test_runs_the_realshape_tier_after_the_others_and_merges_their_records():
+    script = ("import dev, json\n"
+              "for args in ([], ['--tier', 'comfyui'], ['--tier=realshape'], ['tests/pack', '-k', 'x']):\n"
+              "    print(json.dumps([[p.name, p.args, p.required, p.env] for p in dev.planned_phases("
+              "args, ['core', 'comfyui', 'realshape'], 2)]))\n"
+              "a = {'args': ['a'], 'selected_tiers': [], 'wall_s': 2.0, 'tests': [{'nodeid': 'x'}],\n"
+              "     'tiers': {'core': {'tests': 1}, 'realshape': {'tests': 0}}}\n"
+              "b = {'args': ['b'], 'selected_tiers': ['realshape'], 'wall_s': 3.0, 'tests': [{'nodeid': 'y'}],\n"
+              "     'tiers': {'realshape': {'tests': 2}}}\n"
+              "print(json.dumps(dev.merged_durations([a, b])))\n")
+    lines = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    every, comfyui, realshape, paths = (json.loads(line) for line in lines[:4])
+    assert every == [["together", ["--not-tier=realshape", "-n", "2", "--dist", "loadfile"], ["core", "comfyui"],
+                      {"OMP_NUM_THREADS": "1"}],
+                     ["alone", ["--tier=realshape"], ["realshape"], {}]]
+    assert [phase[0] for phase in comfyui] == ["together"] and [phase[0] for phase in realshape] == ["alone"]
+    assert paths == [["run", ["tests/pack", "-k", "x"], ["core", "comfyui", "realshape"], {}]]
+    merged = json.loads(lines[4])
+    assert merged["tiers"] == {"core": {"tests": 1}, "realshape": {"tests": 2}}
+    assert merged["wall_s"] == 5.0 and [t["nodeid"] for t in merged["tests"]] == ["x", "y"]
