@@ -23,6 +23,7 @@ name, and keep it while the recipe is unchanged.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -64,8 +65,13 @@ def recipe_source(builder: Path, not_recipe: tuple[str, ...]) -> str:
     """The builder's recipe as one normalised text: its top-level functions, classes and assignments
     but those named in ``not_recipe``, without docstrings (comments and formatting do not survive
     parsing); imports and other statements (path set-up, the ``__main__`` guard) are plumbing."""
+    return _recipe_source(str(builder), builder.stat().st_mtime_ns, tuple(not_recipe))
+
+
+@functools.lru_cache(maxsize=8)   # build ids are asked for often (each test's proxy lookup): parse each file once
+def _recipe_source(builder: str, mtime_ns: int, not_recipe: tuple[str, ...]) -> str:
     kept = []
-    for node in ast.parse(builder.read_text()).body:
+    for node in ast.parse(Path(builder).read_text()).body:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)):
             continue
         if _defined_names(node) & set(not_recipe):
