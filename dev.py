@@ -224,7 +224,7 @@ def merged_durations(records: list[dict]) -> dict:
         for name, tier in record["tiers"].items():
             if tier["tests"] or name not in tiers:
                 tiers[name] = tier
-    return {"args": [arg for record in records for arg in record["args"]],
+    return {"args": [arg for i, record in enumerate(records) for arg in [*([";"] if i else []), *record["args"]]],
             "phases": [{"args": record["args"], "wall_s": record["wall_s"]} for record in records],
             "selected_tiers": [name for record in records for name in record["selected_tiers"]],
             "required_tiers": required_tiers(), "wall_s": round(sum(record["wall_s"] for record in records), 2),
@@ -250,8 +250,8 @@ def run_tests(python: Path, args: list[str]) -> int:
         DURATIONS_JSON.write_text(json.dumps(record, indent=1) + "\n")
         print(f"\nall phases ({record['wall_s'] / 60:.1f} min), kept in {DURATIONS_JSON}:")
         for name, tier in record["tiers"].items():
-            print(f"TIER {name}: {tier['verdict']} ({tier['passed']} passed, {tier['failed']} failed, "
-                  f"{tier['skipped']} skipped) in {tier['seconds']:.1f} s")
+            counts = ", ".join(f"{tier[what]} {what}" for what in ("passed", "failed", "xfailed", "skipped") if tier[what])
+            print(f"TIER {name}: {tier['verdict']} ({counts or 'no tests selected'}) in {tier['seconds']:.1f} s")
     return 1 if failed else 0
 
 

@@ -195,3 +195,4 @@ def test_dev_test_runs_the_realshape_tier_after_the_others_and_merges_their_reco
     merged = json.loads(lines[4])
     assert merged["tiers"] == {"core": {"tests": 1}, "realshape": {"tests": 2}}
     assert merged["wall_s"] == 5.0 and [t["nodeid"] for t in merged["tests"]] == ["x", "y"]
+    assert merged["args"] == ["a", ";", "b"]
