@@ -1,4 +1,4 @@
-"""Krea-2 Cache-DiT for ComfyUI.
+"""Cache-DiT for ComfyUI.
 
 ComfyUI imports this folder as a package and calls ``comfy_entrypoint``. Nothing
 here imports ComfyUI at import time, so the pack's adapters can be used (and
