@@ -70,8 +70,8 @@ class Krea2DiffusersLoader(io.ComfyNode):
                                         "quantized and computes in this precision.")),
             ],
             outputs=[io.Model.Output(tooltip=(
-                "The Krea-2 model, for KSampler, LoRA loaders and Krea-2 Cache-DiT. Use it with CLIPLoader type "
-                "'krea2' and the Wan 2.1 VAE."))],
+                "The Krea-2 model, for KSampler, LoRA loaders and the Cache-DiT nodes. Use it with CLIPLoader type "
+                "'krea2' and the VAE qwen_image_vae.safetensors, as Comfy-Org's Krea-2 files do."))],
         )
 
     @classmethod
