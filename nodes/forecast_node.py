@@ -27,37 +27,44 @@ def _custom_inputs() -> list[io.Input]:
     f, s = FORECAST_DEFAULTS, SCHEDULE_DEFAULTS
     return [
         io.Combo.Input("forecast", options=list(FORECASTS), default=f.forecast, tooltip=(
-            "spectrum: Chebyshev ridge fit over all computed steps, blended with a linear extrapolation "
-            "(blend_w); linear / quadratic: extrapolation from the last computed steps alone.")),
-        io.Int.Input("chebyshev_degree", default=f.chebyshev_degree, min=1, max=8,
-                     tooltip="spectrum: the Chebyshev bases T_0..T_m (the paper's m, 4)."),
+            "How a skipped step is forecast: linear or quadratic from the last computed steps (the presets use "
+            "linear), or spectrum, a curve fitted to all computed steps as published.")),
+        io.Int.Input("chebyshev_degree", default=f.chebyshev_degree, min=1, max=8, display_name="spectrum fit degree",
+                     tooltip="spectrum only: the degree of the curve fitted to the computed steps (4 as published). "
+                             "Rarely changed."),
         io.Float.Input("ridge_lambda", default=f.ridge_lambda, min=1e-6, max=100.0, step=0.01,
-                       tooltip="spectrum: the ridge regularisation (the paper's lambda, 0.1)."),
-        io.Float.Input("blend_w", default=f.blend_w, min=0.0, max=1.0, step=0.05, tooltip=(
-            "spectrum: the Chebyshev fit's share against the linear extrapolation (1: the paper's predictor; "
-            "the official code suggests 0.5 to 1).")),
+                       display_name="ridge strength", tooltip=(
+                           "spectrum only: how strongly the fit is held smooth (0.1 as published). Raise it for a "
+                           "smoother, more cautious forecast.")),
+        io.Float.Input("blend_w", default=f.blend_w, min=0.0, max=1.0, step=0.05, display_name="spectrum fit share",
+                       tooltip=("spectrum only: the fitted curve's share against a linear forecast (1 as published; "
+                                "the official code suggests 0.5 to 1).")),
         io.Float.Input("extrapolation", default=f.extrapolation, min=0.0, max=1.0, step=0.05, tooltip=(
-            "linear / quadratic (and spectrum's linear share): how far the forecast follows the last computed "
-            "steps' trend: 1 in full, 0 holds the last computed step (close to what fewer steps would do).")),
-        io.Combo.Input("target", options=list(TARGETS), default=f.target, tooltip=(
-            "What is forecast: feature, the final layer's input (Spectrum's choice); output, the final layer's "
-            "output, the model's prediction itself (on the distilled Turbo proxy the closer one at 8 steps, on "
-            "the trained proxy at 52 steps the farther one; its history is far smaller).")),
-        io.Int.Input("warmup_steps", default=s.warmup_steps, min=0, max=1000,
-                     tooltip="Steps at the start that are always computed."),
-        io.Float.Input("window_size", default=s.window_size, min=1.0, max=100.0, step=0.25, tooltip=(
-            "The paper's N: after the warmup, one step in floor(window) is computed.")),
-        io.Float.Input("window_growth", default=s.window_growth, min=0.0, max=100.0, step=0.25, tooltip=(
-            "The paper's alpha: the window grows by this after each computed step (0: a fixed window).")),
-        io.Int.Input("final_computed_steps", default=s.final_computed_steps, min=0, max=1000, tooltip=(
-            "Steps at the end that are always computed (the last, low-noise steps are where a forecast "
-            "costs most; the official code computes none).")),
+            "How far the forecast follows the last computed steps' trend: 1 in full, 0 holds the last computed "
+            "step. Most presets use 0.7; lower it if forecast steps overshoot.")),
+        io.Combo.Input("target", options=list(TARGETS), default=f.target, display_name="forecast target", tooltip=(
+            "What is forecast: feature, the final layer's input (as published), or output, the model's prediction "
+            "itself, which keeps far less history (turbo_4_of_8 forecasts the output).")),
+        io.Int.Input("warmup_steps", default=s.warmup_steps, min=0, max=1000, display_name="warmup steps",
+                     tooltip="Steps at the start that are always computed, before any step is forecast."),
+        io.Float.Input("window_size", default=s.window_size, min=1.0, max=100.0, step=0.25,
+                       display_name="window (one step computed in N)", tooltip=(
+                           "After the warmup, one step in every N is computed and the others forecast (N rounded "
+                           "down). Raise it for speed, lower it for a closer image.")),
+        io.Float.Input("window_growth", default=s.window_growth, min=0.0, max=100.0, step=0.25,
+                       display_name="window growth", tooltip=(
+                           "How much N grows after each computed step (0: a fixed window). Growth forecasts more of "
+                           "the later steps.")),
+        io.Int.Input("final_computed_steps", default=s.final_computed_steps, min=0, max=1000,
+                     display_name="last steps always computed", tooltip=(
+                         "Steps at the end that are always computed: the last, low-noise steps are where a forecast "
+                         "costs most. The presets compute 1 or none; none as published.")),
     ]
 
 
-def _preset_tooltip() -> str:
-    lines = [f"{name}: {preset.summary}." for name, preset in PRESETS.items()]
-    return "\n".join(["Which forecast and schedule run:", *lines, f"{CUSTOM}: the settings below."])
+PRESET_TOOLTIP = (
+    "Which forecast and schedule run: turbo_* for 8 steps, raw_* for about 50 steps, spectrum_paper* as "
+    "published, custom shows every setting. The help page says what each computes.")
 
 
 def settings_from(preset: dict) -> ForecastSettings:
@@ -91,7 +98,7 @@ class CacheDiTSpectrum(io.ComfyNode):
                 "model loader and the sampler. No preset is measured on real weights; after each run the node "
                 "shows which steps were forecast and why."),
             inputs=[io.Model.Input("model", tooltip=f"A {families} model."),
-                    io.DynamicCombo.Input("preset", options=options, tooltip=_preset_tooltip())],
+                    io.DynamicCombo.Input("preset", options=options, tooltip=PRESET_TOOLTIP)],
             outputs=[io.Model.Output(tooltip="The model with whole-call forecasting; the input model is unchanged.")],
             hidden=[io.Hidden.unique_id],
             not_idempotent=True,   # the MODEL carries this node's id (see the DBCache nodes)

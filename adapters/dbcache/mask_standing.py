@@ -1,4 +1,5 @@
-"""How each step mask stood against fewer steps on this pack's proxies.
+"""How each step mask stood against fewer steps on this pack's proxies (for users: a small test model trained on
+drawn shapes, not Krea-2).
 
 A step mask fixes how many model calls a run makes, so a user can get the same number of calls by lowering
 the step count instead. These are the peer benchmark's figures (``benchmarks/peers``, its three images,
@@ -6,7 +7,8 @@ the step count instead. These are the peer benchmark's figures (``benchmarks/pee
 best calibrator beside plain euler at as many steps as the mask makes calls. 8 steps at CFG 1 on the
 distilled Turbo proxy, 52 steps at CFG 3.5 on the trained proxy: dynamics on procedural images, not Krea-2
 quality. ``tests/benchmarks/test_mask_standing.py`` holds them to the committed table, so a re-run that
-moves them fails until they are updated here; ``adapters/figures.py`` quotes them with the pack's other figures.
+moves them fails until they are updated here; ``adapters/figures.py`` quotes them with the pack's other figures,
+and the cache nodes' help pages quote ``mask_standing_text`` (en) and ``mask_standing_zh_text`` (zh) whole.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class MaskStanding:
                 f"steps {self.euler_mae_255:.2f}")
 
     def zh_text(self) -> str:
-        """``text`` in the words of the zh tooltip (locales/zh/nodeDefs.json) and help pages."""
+        """``text`` in the words of the zh help pages."""
         served = "" if self.calibrator == "none" else f"（{self.calibrator}）"
         verdict = "更接近" if self.beats_fewer_steps else "更远"
         return (f"{self.mask} {self.calls} 次调用{served} {self.mae_255:.2f}，比 euler {self.calls} 步"
@@ -55,11 +57,27 @@ MASK_STANDINGS: tuple[MaskStanding, ...] = (
 )
 
 
+# Whose figures these are and what they rest on, in the words of the help pages' "Evidence" sections.
+_REGIMES = {8: "8 steps, CFG 1 (the test model distilled for 8 steps, as Turbo is)", 52: "52 steps, CFG 3.5"}
+_REGIMES_ZH = {8: "8 步，CFG 1（为 8 步蒸馏的测试模型，与 Turbo 一样）", 52: "52 步，CFG 3.5"}
+
+
 def mask_standing_text() -> str:
-    """The masks against fewer steps, a line per step count, for the node's tooltip and the docs."""
-    lines = ["On this pack's proxies, MAE/255 against the uncached image, each mask with its best calibrator "
-             "beside plain euler at as many steps as it makes model calls (not Krea-2 images):"]
-    for steps in sorted({standing.steps for standing in MASK_STANDINGS}):
+    """The masks against fewer steps, an item per step count: the cache nodes' help pages (web/docs) quote it."""
+    lines = ["On a small test model trained on drawn shapes, not Krea-2: MAE/255 against the uncached image, each "
+             "mask with the calibrator that served it best, beside plain euler at as many steps as the mask makes "
+             "model calls.", ""]
+    for steps, regime in _REGIMES.items():
         row = [standing.text() for standing in MASK_STANDINGS if standing.steps == steps]
-        lines.append(f"{steps} steps: " + "; ".join(row) + ".")
+        lines.append(f"- {regime}: " + "; ".join(row) + ".")
+    return "\n".join(lines)
+
+
+def mask_standing_zh_text() -> str:
+    """``mask_standing_text`` in Chinese, as the zh help pages (web/docs/<node>/zh.md) quote it."""
+    lines = ["在一个用绘制图形训练的小型测试模型上（不是 Krea-2）：相对不缓存图像的 MAE/255；每个掩码取效果最好的"
+             "校准器，与模型调用次数相同步数的普通 euler 对比。", ""]
+    for steps, regime in _REGIMES_ZH.items():
+        row = [standing.zh_text() for standing in MASK_STANDINGS if standing.steps == steps]
+        lines.append(f"- {regime}：" + "；".join(row) + "。")
     return "\n".join(lines)

@@ -4,7 +4,8 @@ A preset is a full set of settings under a name; ``custom`` takes them from the 
 What a preset stands for is fixed here and written into every run's record, so the node (and its
 stats) always say what ran. Where the figures behind a preset come from is said beside it: they
 are measured on the trained proxy (dynamics on procedural images, not Krea-2 quality) or are the
-official code's defaults, never real-weight results.
+official code's defaults, never real-weight results. The help page (web/docs/CacheDiTSpectrum.md)
+quotes each summary and, under "Evidence", the figures (``PRESET_STANDINGS`` in adapters/figures.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ CUSTOM = "custom"
 class Preset:
     forecast: Forecaster
     schedule: ForecastSchedule
-    summary: str      # what it does, for the node's tooltip and the docs
+    summary: str      # what it does and for which schedule, for the node's help page (no figures: its Evidence)
 
 
 PRESETS: dict[str, Preset] = {
@@ -31,40 +32,38 @@ PRESETS: dict[str, Preset] = {
     # Few-step distilled models (Krea-2 Turbo, 8 steps): a linear forecast every other step. 5 of 8: two
     # steps of warmup and the last step computed.
     "turbo_5_of_8": Preset(Forecaster("linear"), ForecastSchedule(2, 2.0, 0.0, 1),
-                           "Linear forecast every second step after 2 warmup steps, last step computed (8 steps: 5 "
-                           "computed; on the distilled Turbo proxy closer than euler at 5 steps)"),
+                           "Turbo at 8 steps: a linear forecast every second step after 2 warmup steps, the last "
+                           "step computed (8 steps: 5 computed)"),
     # 4 of 8: the steps fewer steps would compute (0, 2, 4, 6); the others forecast the model's output (the
     # final layer's), 0.7 of the way its trend points: the output forecast lands closer than the feature's
     # at 4 of 8, and computing euler's own steps closer than two forecast in three after 2 warmup steps
     # (docs/benchmarks.md, "Against fewer steps").
     "turbo_4_of_8": Preset(Forecaster("linear", extrapolation=0.7, target="output"), ForecastSchedule(1, 2.0, 0.0, 0),
-                           "Linear forecast of the model's output at 0.7 of its trend every second step from the "
-                           "first (8 steps: 4 computed, the steps euler at 4 steps computes; on the distilled Turbo "
-                           "proxy closer than euler at 4 steps)"),
+                           "Turbo at 8 steps, faster: the steps euler at 4 steps computes, the others a forecast "
+                           "of the model's output at 0.7 of its trend (8 steps: 4 computed)"),
     # Long schedules (Krea-2 Raw, about 50 steps, CFG 3.5): a linear forecast past a short warmup, 0.7 of
     # the way its trend points (a long gap's full extrapolation overshoots). 52 steps: 13, 11 and 8
     # computed. raw_1_in_4's window grows slowly (4, then 4.25, ...): the early gaps, where a forecast from
     # the warmup points drifts most, stay short; raw_8_of_52's grows by 0.75 after 6.5: the best of the
     # node's schedules of 8 calls on the proxy (the search: benchmarks/forecast_error.py).
     "raw_1_in_4": Preset(Forecaster("linear", extrapolation=0.7), ForecastSchedule(2, 4.0, 0.25, 1),
-                         "Linear forecast at 0.7 of its trend, one step in four computed after 2 warmup steps, the "
-                         "window growing by 0.25, last step computed (52 steps: 13 computed; on the proxy closer than euler at 13 "
-                         "steps)"),
+                         "Raw at about 50 steps: a linear forecast at 0.7 of its trend, one step in four computed"
+                         " after 2 warmup steps, the window growing by 0.25, the last step computed (52 steps: 13"
+                         " computed)"),
     "raw_1_in_5": Preset(Forecaster("linear", extrapolation=0.7), ForecastSchedule(2, 6.0, 0.0, 1),
-                         "Linear forecast at 0.7 of its trend, one step in six computed after 2 warmup steps, last "
-                         "step computed (52 steps: 11 computed; on the proxy closer than euler at 11 steps)"),
+                         "Raw at about 50 steps, faster: as raw_1_in_4 with one step in six computed and a fixed "
+                         "window (52 steps: 11 computed)"),
     "raw_8_of_52": Preset(Forecaster("linear", extrapolation=0.7), ForecastSchedule(2, 6.5, 0.75, 0),
-                          "Linear forecast at 0.7 of its trend after 2 warmup steps, the window 6.5 growing by 0.75 "
-                          "(52 steps: 8 computed, above 6x; on the proxy closer than euler at 8 steps)"),
+                          "Raw at about 50 steps, fastest: as raw_1_in_4 with the window 6.5 growing by 0.75, no "
+                          "final step computed (52 steps: 8 computed)"),
     # The official code's defaults (configs/algo/spectrum.yaml, configs/base.yaml, its README's
     # alpha 0.75 setting): 14 computed steps of 50.
     "spectrum_paper": Preset(Forecaster("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 0.75, 0),
-                             "Spectrum as published: m 4, lambda 0.1, w 1, warmup 5, N 2, alpha 0.75 (50 steps: 14 "
-                             "computed; on the proxy farther than euler at as many steps)"),
+                             "Spectrum as published: m 4, lambda 0.1, w 1, warmup 5, N 2, alpha 0.75 (50 steps: "
+                             "14 computed)"),
     # Its README's aggressive setting (alpha 3.0): 10 computed steps of 50.
     "spectrum_paper_fast": Preset(Forecaster("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 3.0, 0),
-                                  "Spectrum as published, alpha 3 (50 steps: 10 computed; on the proxy farther than euler at as "
-                                  "many steps)"),
+                                  "Spectrum as published, alpha 3 (50 steps: 10 computed)"),
 }
 PRESET_NAMES = (*PRESETS, CUSTOM)
 

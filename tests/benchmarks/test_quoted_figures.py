@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from krea2_cachedit.adapters import figures
-from krea2_cachedit.adapters.dbcache.mask_standing import MASK_STANDINGS, mask_standing_text
+from krea2_cachedit.adapters.dbcache.mask_standing import mask_standing_text, mask_standing_zh_text
 from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,9 +156,28 @@ def test_every_figure_on_a_zh_page_is_a_quoted_figure(page):
     assert not stray_figures(page, "zh"), f"{page}: figures not in adapters/figures.py's phrases"
 
 
+def evidence(node: str, locale: str) -> str:
+    """A cache node's evidence section on its help page, where the figures of its tooltips moved."""
+    path = REPO / "web" / "docs" / (f"{node}.md" if locale == "en" else f"{node}/zh.md")
+    heading = "## Evidence" if locale == "en" else "## 依据"
+    return flat(path.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0])
+
+
+@pytest.mark.parametrize("locale", ["en", "zh"])
 @pytest.mark.parametrize("node", ["Krea2CacheDiT", "CacheDiTDBCache"])
-def test_the_help_pages_carry_the_step_masks_standing(node):
-    assert flat(mask_standing_text()) in flat((REPO / "web" / "docs" / f"{node}.md").read_text(encoding="utf-8"))
-    zh = (REPO / "web" / "docs" / node / "zh.md").read_text(encoding="utf-8")
-    missing = [s.zh_text() for s in MASK_STANDINGS if s.zh_text() not in zh]
-    assert not missing, missing
+def test_the_dbcache_pages_evidence_quotes_the_defaults_and_masks(node, locale):
+    text = evidence(node, locale)
+    masks = mask_standing_text() if locale == "en" else mask_standing_zh_text()
+    quoted = [*(row.phrase(locale) for row in figures.SGLANG_KREA2), flat(masks),
+              *(figures.standing_phrase(s, locale) for s in figures.DEFAULTS_STANDINGS),
+              figures.DEFAULTS_TAYLORSEER.phrase(locale), figures.random_weights_phrase(locale)]
+    missing = [phrase for phrase in quoted if phrase not in text]
+    assert not missing, f"{node} ({locale}): figures missing from its evidence section: {missing}"
+
+
+@pytest.mark.parametrize("locale", ["en", "zh"])
+def test_the_forecast_pages_evidence_quotes_every_presets_standing(locale):
+    text = evidence("CacheDiTSpectrum", locale)
+    quoted = [figures.standing_phrase(s, locale) for s in (*figures.PRESET_STANDINGS, *figures.SPECTRUM_PAPER_STANDINGS[:2])]
+    missing = [phrase for phrase in quoted if phrase not in text]
+    assert not missing, f"CacheDiTSpectrum ({locale}): figures missing from its evidence section: {missing}"

@@ -3,8 +3,11 @@
 The editor fetches a custom node's page from ``/extensions/<pack>/docs/<node id>/<locale>.md`` and falls back to
 ``/extensions/<pack>/docs/<node id>.md``: the English page is ``web/docs/<node id>.md``, the Chinese one
 ``web/docs/<node id>/zh.md``. Each page titles the node by its display name (the zh page by the zh locale's) and
-gives every input its own list item (``- `name` ...``) carrying the input's tooltip: the English page the
-schema's, the zh page the zh locale's. tests/editor/test_help_browser.py checks that the editor shows them.
+gives every input its own list item (``- `name` ...``) carrying the input's label (the schema's display name, the
+zh locale's name) and its tooltip: the English page the schema's, the zh page the zh locale's. A cache node's page
+has an evidence section (``## Evidence``, ``## 依据``): the figures behind its defaults, masks and presets live
+there, not in the tooltips; the forecast node's English page quotes every preset's summary.
+tests/editor/test_help_browser.py checks that the editor shows them.
 """
 
 from __future__ import annotations
@@ -84,4 +87,26 @@ def test_every_input_has_its_line_and_tooltip_on_both_pages(node_infos, node):
             tooltip = item.tooltip if locale == "en" else zh["inputs"].get(item.key, {}).get("tooltip")
             if tooltip and first_line(tooltip) not in flat(lines[0]):
                 problems.append(f"{locale}: the line of {item.name} does not carry its tooltip {first_line(tooltip)!r}")
+            label = item.label if locale == "en" else zh["inputs"].get(item.key, {}).get("name")
+            if label and label != item.name and label not in lines[0]:
+                problems.append(f"{locale}: the line of {item.name} does not name its label {label!r}")
     assert not problems, f"{node}'s help pages:\n" + "\n".join(problems)
+
+
+EVIDENCE = {"en": "## Evidence", "zh": "## 依据"}
+CACHE_NODES = ["Krea2CacheDiT", "CacheDiTDBCache", "CacheDiTSpectrum"]
+
+
+@pytest.mark.parametrize("node", CACHE_NODES)
+def test_a_cache_nodes_pages_have_an_evidence_section(node):
+    for locale, path in LOCALES.items():
+        headings = re.findall(r"^## .+$", path(node).read_text(encoding="utf-8"), re.MULTILINE)
+        assert EVIDENCE[locale] in headings, f"{path(node).relative_to(REPO)}: {headings}"
+
+
+def test_the_forecast_page_gives_every_presets_summary():
+    from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
+
+    text = flat((DOCS / "CacheDiTSpectrum.md").read_text(encoding="utf-8"))
+    missing = [name for name, preset in PRESETS.items() if f"| `{name}` | {preset.summary} |" not in text]
+    assert not missing, f"presets whose summary web/docs/CacheDiTSpectrum.md does not give: {missing}"

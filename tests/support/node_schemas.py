@@ -46,6 +46,8 @@ class NodeInput:
     key: str              # the editor's translation key (``preset_forecast``)
     name: str             # the input's own name, as the docs write it (``forecast``)
     tooltip: str | None
+    label: str | None = None   # the schema's display_name, which the editor shows in English (None: the name)
+    advanced: bool = False     # behind the editor's "advanced" toggle
 
 
 def i18n_key(name: str) -> str:
@@ -60,7 +62,8 @@ def translatable_inputs(info: dict) -> list[NodeInput]:
     def walk(inputs: dict, prefix: str = ""):
         for section in ("required", "optional"):
             for name, (kind, options, *_) in (inputs.get(section) or {}).items():
-                found.append(NodeInput(i18n_key(prefix + name), name, options.get("tooltip")))
+                found.append(NodeInput(i18n_key(prefix + name), name, options.get("tooltip"),
+                                       options.get("display_name"), bool(options.get("advanced"))))
                 if kind == DYNAMIC_COMBO:
                     for option in options["options"]:
                         walk(option["inputs"], f"{prefix}{name}.")
