@@ -1,7 +1,7 @@
 """The Cache-DiT DBCache nodes: settings in, a MODEL clone with the cache wrappers out.
 
 Both nodes are built from one description of their settings (``SETTINGS``): ``CacheDiTDBCache``
-takes any supported family, ``Krea2CacheDiT`` the Krea-2 ones (its id, inputs and behaviour
+takes any supported family, ``Krea2CacheDiT`` the Krea-2 ones (deprecated: its id, inputs and behaviour
 are what saved workflows hold). The inputs' order is the widgets' order in saved workflows: append only;
 a label (``display_name``) may change, an input's name may not.
 """
@@ -95,6 +95,7 @@ class _CacheDiTNode(io.ComfyNode):
     DISPLAY_NAME: str
     DESCRIPTION: str
     MODEL_TOOLTIP: str
+    DEPRECATED = False
 
     @classmethod
     def define_schema(cls) -> io.Schema:
@@ -106,6 +107,7 @@ class _CacheDiTNode(io.ComfyNode):
             inputs=[io.Model.Input("model", tooltip=cls.MODEL_TOOLTIP), *(setting.widget() for setting in SETTINGS)],
             outputs=[io.Model.Output(tooltip="The model with Cache-DiT; the input model is unchanged.")],
             hidden=[io.Hidden.unique_id],
+            is_deprecated=cls.DEPRECATED,
             # The MODEL it returns carries this node's id (its stats go to this node). ComfyUI's
             # cache would hand that MODEL to another node with the same inputs under another id
             # (it does not key V3 nodes by their hidden unique_id), so key it by node id.
@@ -125,13 +127,17 @@ class _CacheDiTNode(io.ComfyNode):
 
 
 class Krea2CacheDiT(_CacheDiTNode):
+    """Deprecated for ``CacheDiTDBCache``, which takes the same inputs and Krea-2 too: kept so that saved
+    workflows load and run, out of the node search (the editor hides deprecated nodes there)."""
+
     SCOPE = KREA2_SCOPE
     NODE_ID = "Krea2CacheDiT"
     DISPLAY_NAME = "Krea-2 Cache-DiT"
-    DESCRIPTION = ("Speeds up Krea-2 sampling with cache-dit: steps whose early blocks barely change reuse the "
-                   "last computed result. Put it between the model loader and the sampler. The defaults are the "
-                   "reference settings measured on real Krea-2 weights. After each run the node shows what was "
-                   "cached and why.")
+    DEPRECATED = True
+    DESCRIPTION = ("Deprecated: use \"Cache-DiT DBCache (any supported DiT)\", which takes the same inputs and "
+                   "Krea-2 models too. This node stays so that saved workflows still load and run. It speeds up "
+                   "Krea-2 sampling with cache-dit: steps whose early blocks barely change reuse the last computed "
+                   "result.")
     MODEL_TOOLTIP = "A Krea-2 model from Load Diffusion Model or Load Krea-2 (diffusers)."
 
 

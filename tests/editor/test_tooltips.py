@@ -1,5 +1,5 @@
-"""What the editor shows on the pack's nodes besides their widgets: tooltips a user reads, labels and the
-"advanced" toggle.
+"""What the editor shows on the pack's nodes besides their widgets: tooltips a user reads, labels, the
+"advanced" toggle and the deprecated node.
 
 Every tooltip of every node (each input, those the forecast node's ``custom`` preset shows included, and each
 output) is one or two plain sentences of at most ``LIMIT`` characters, in English (the schema, read through
@@ -74,3 +74,11 @@ def test_the_rarely_changed_dbcache_inputs_are_advanced_and_labelled(node_infos)
     labels = {item.name: item.label for item in translatable_inputs(dbcache)}
     assert labels["steps_mask"] == "step mask" and labels["Fn_compute_blocks"] == "first blocks always computed"
 
+
+def test_krea2_cachedit_is_deprecated_for_the_dbcache_node_with_the_same_inputs(node_infos):
+    by_name = {info["name"]: info for info in node_infos}
+    old, new = by_name["Krea2CacheDiT"], by_name["CacheDiTDBCache"]
+    assert [info["name"] for info in node_infos if info.get("deprecated")] == ["Krea2CacheDiT"]
+    assert new["display_name"] in old["description"] and old["input_order"] == new["input_order"]
+    zh = json.loads(ZH_NODE_DEFS.read_text(encoding="utf-8"))
+    assert zh["CacheDiTDBCache"]["display_name"] in zh["Krea2CacheDiT"]["description"]
