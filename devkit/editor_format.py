@@ -8,6 +8,9 @@ so both agree by construction.
 from __future__ import annotations
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+# A V3 dynamic combo (the Forecast node's ``preset``): a combo of its options' keys, whose chosen option may show
+# inputs of its own. The editor stores the chosen key as the widget's value and queues it under the input's name.
+DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
 UI_ONLY_TYPES = {"MarkdownNote", "Note"}  # the editor's own nodes; never sent to the server
 
 
@@ -15,7 +18,8 @@ def ordered_inputs(info: dict):
     """(name, type, options, is_widget) for each input, in the order the editor lays them out.
 
     COMBO choices come as ``[choices, opts]`` (V1 nodes) or ``["COMBO", {"options": ...}]`` (V3);
-    both end up in ``opts["options"]``. A multi-typed input (``"FLOAT,INT"``) with a ``widgetType`` is a
+    both end up in ``opts["options"]``; a dynamic combo is a COMBO of its options' keys (``opts["dynamic"]``: key ->
+    the option's own inputs). A multi-typed input (``"FLOAT,INT"``) with a ``widgetType`` is a
     widget of that type, as the editor shows it (LTXVEmptyLatentAudio's frame_rate).
     """
     for section in ("required", "optional"):
@@ -25,6 +29,9 @@ def ordered_inputs(info: dict):
             kind = spec[0]
             if isinstance(kind, list):
                 kind, opts["options"] = "COMBO", kind
+            elif kind == DYNAMIC_COMBO:
+                opts["dynamic"] = {option["key"]: option.get("inputs") or {} for option in opts["options"]}
+                kind, opts["options"] = "COMBO", list(opts["dynamic"])
             elif opts.get("widgetType") in WIDGET_TYPES:  # a multi-typed input ("FLOAT,INT") shown as that widget
                 kind = opts["widgetType"]
             yield name, kind, opts, kind in WIDGET_TYPES and not opts.get("forceInput")
@@ -47,6 +54,9 @@ def widget_values(node: dict, info: dict) -> dict[str, tuple]:
             continue
         assert values, f"node {node['id']} ({node['type']}): no widget value for '{name}'"
         value = values.pop(0)
+        # An option with inputs of its own (the Forecast node's ``custom``) lays them out after the key: not read here.
+        assert not any(opts.get("dynamic", {}).get(value, {}).values()), \
+            f"node {node['id']} ({node['type']}): '{name}' = {value!r} has inputs of its own, not read here"
         out[name] = (value, values.pop(0) if has_control_widget(name, kind, opts) else None)
     assert not values, f"node {node['id']} ({node['type']}): {len(values)} widget values left over: {values}"
     return out

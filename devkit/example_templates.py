@@ -34,6 +34,7 @@ from devkit.family_prompts import CHROMA, FLUX, HUNYUAN
 load_pack()  # the pack's own plan says how many steps cost as much as the cached run
 
 from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run  # noqa: E402
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run  # noqa: E402
 
 HF = "https://huggingface.co"
 WAN22 = "Comfy-Org/Wan_2.2_ComfyUI_Repackaged"
@@ -146,6 +147,13 @@ def fewer_steps(cache_widgets: dict, steps: int, blocks: tuple[int, ...]) -> tup
     settings allow (the threshold decides at run time; the run costs as much or more)."""
     plan = plan_run(DBCacheSettings(**cache_widgets), steps, sum(blocks), "the cache node")
     return plan.equal_cost_steps(blocks), plan.fixes_its_steps
+
+
+def forecast_fewer_steps(preset: str, steps: int) -> tuple[int, bool]:
+    """The same for the Forecast node with a named preset: the steps its schedule computes (a forecast step runs no
+    block), always exact (the schedule is fixed before the run)."""
+    plan = plan_forecast_run(ForecastSettings.from_preset(preset), steps)
+    return sum(plan.mask), True
 
 
 NEGATIVE = "blurry, low quality, distorted, watermark, text"

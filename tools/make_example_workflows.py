@@ -23,7 +23,9 @@ from pathlib import Path
 from devkit.comfy_harness import ComfyServer, find_comfyui
 from devkit.editor_format import UI_ONLY_TYPES, has_control_widget, ordered_inputs
 from devkit.example_templates import (FAMILY_TEMPLATES, KREA2_BLOCKS, LOADERS, FamilyTemplate, ModelFile,
-                                      fewer_steps)
+                                      fewer_steps, forecast_fewer_steps)
+
+from krea2_cachedit.adapters.figures import SGLANG_KREA2, standing  # noqa: E402  (the pack, loaded by example_templates)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,7 +126,7 @@ def build(name: str, nodes: list[dict], links: list[tuple], object_info: dict) -
         for widget, control in widget_names(info):
             values.append(node["widgets"][widget])
             if control:
-                values.append(node["widgets"].get("control_after_generate", "randomize"))
+                values.append(node["widgets"].get("control_after_generate", "fixed"))
         ui["widgets_values"] = values
         if "title" in node:
             ui["title"] = node["title"]
@@ -188,7 +190,7 @@ def empty_latent(node_id: int, pos: list[int]) -> dict:
 
 def ksampler(node_id: int, pos: list[int], steps: int, cfg: float, title: str | None = None) -> dict:
     node = {"id": node_id, "type": "KSampler", "pos": pos, "size": [320, 270],
-            "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": steps, "cfg": cfg,
+            "widgets": {"seed": 42, "control_after_generate": "fixed", "steps": steps, "cfg": cfg,
                         "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0}}
     return node | ({"title": title} if title else {})
 
@@ -213,48 +215,143 @@ def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: 
     return build(name, nodes, links, object_info)
 
 
-def compare_note(variant: str, steps: int, fewer: tuple[int, bool]) -> str:
+def compare_note(variant: str, steps: int, cfg: float, fewer: tuple[int, bool], cache_widgets: dict,
+                 forecast: str | None = None) -> str:
+    """A Krea-2 compare template's note: through the DBCache node (its widgets ``cache_widgets``), or the Forecast
+    node with the preset ``forecast``."""
     files = [MODEL_FILES[variant], MODEL_FILES["text_encoder"], MODEL_FILES["vae"]]
     links = "\n".join(f"- `{d}/`: [{n}]({HF}/{d}/{n})" for n, d in files)
+    node = f"**{FORECAST_TITLE}**" if forecast else "**Krea-2 Cache-DiT**"
+    steps_text, steps_zh = f"{steps} steps", f"{steps} 步"
+    if forecast:
+        cache_text, cache_zh = f"preset `{forecast}`", f"预设 `{forecast}`"
+        fewer_text, fewer_zh = (fewer_steps_note(steps, *fewer, fixed_by=FORECAST_FIXES),
+                                fewer_steps_note_zh(steps, *fewer, fixed_by=FORECAST_FIXES_ZH))
+        how, how_zh = (f" On the steps its preset forecasts, {node} runs none of the model's blocks: it forecasts the "
+                       "model's result from the steps it computed.", f"在预设要预测的步上，{node} 不运行模型的任何块，而是根据已计算的步预测模型的结果。")
+        why, why_zh = forecast_evidence(variant, steps, forecast)
+    else:
+        cache_text = cache_zh = dbcache_settings(cache_widgets)
+        fewer_text, fewer_zh = fewer_steps_note(steps, *fewer), fewer_steps_note_zh(steps, *fewer)
+        how = how_zh = ""
+        why, why_zh = sglang_evidence(variant)
+    title = f"Krea-2 {variant.capitalize()}: " + (
+        f"the Forecast node (`{forecast}`) with and without it, and fewer steps" if forecast
+        else "with and without Cache-DiT, and fewer steps")
     return (
-        f"## Krea-2 {variant.capitalize()}: with and without Cache-DiT, and fewer steps\n\n"
-        "The three KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
-        "samples through **Krea-2 Cache-DiT**, the middle one without it. **Compare Images (Cache-DiT)** shows on "
+        f"## {title}\n\n"
+        f"{settings_line(steps_text, cfg, 'euler', 'simple', cache_text, fewer_sampler(fewer[0]))}\n\n"
+        f"The three KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top one "
+        f"samples through {node}, the middle one without it.{how} **Compare Images (Cache-DiT)** shows on "
         "the node how far the cached image is from the uncached one: MAE (0-255), PSNR (dB; identical images "
         "give 100 dB) and a heatmap of where they differ (black = identical, white = the largest difference). "
         "Change the Cache-DiT settings and run again: only the cached branch samples again.\n\n"
-        f"{fewer_steps_note(steps, *fewer)}\n\n"
+        f"{fewer_text}\n\n{why}\n\n"
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
         f"{ZH_HEADING}\n\n"
-        "三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Krea-2 Cache-DiT** 采样，中间的不经过。"
-        f"{ZH_COMPARE}\n\n{fewer_steps_note_zh(steps, *fewer)}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
+        f"{settings_line_zh(steps_zh, cfg, 'euler', 'simple', cache_zh, fewer_sampler_zh(fewer[0]))}\n\n"
+        f"三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 {node} 采样，中间的不经过。{how_zh}"
+        f"{ZH_COMPARE}\n\n{fewer_zh}\n\n{why_zh}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
 
-def fewer_steps_note(steps: int, fewer: int, exact: bool) -> str:
+# The Forecast node's title in the Krea-2 Forecast compare templates (the notes name it so).
+FORECAST_TITLE = "Cache-DiT Forecast"
+FORECAST_FIXES = "The preset fixes in advance which steps are computed"
+FORECAST_FIXES_ZH = "预设事先固定了哪些步要计算"
+# The small model the pack measures its presets on, in a user's words, by the steps it samples.
+TEST_MODEL = {8: ("a small test model trained on drawn shapes and distilled to 8 steps at CFG 1, not Krea-2",
+                  "一个用绘制的图形训练、蒸馏为 8 步（CFG 1）的小型测试模型"),
+              52: ("a small test model trained on drawn shapes, sampled at 52 steps and CFG 3.5, not Krea-2",
+                   "一个用绘制的图形训练、以 52 步和 CFG 3.5 采样的小型测试模型")}
+
+
+def forecast_evidence(variant: str, steps: int, preset: str) -> tuple[str, str]:
+    """Why the preset, and whose figures those are (``adapters/figures.py``), in English and Chinese."""
+    computed, _ = forecast_fewer_steps(preset, steps)
+    figures = standing(preset, steps)
+    model, model_zh = TEST_MODEL[steps]
+    return (f"**Why this preset**: `{preset}` computes {computed} of the {steps} steps and forecasts the other "
+            f"{steps - computed}. Measured by this pack on {model}: {figures.phrase('en')}, each MAE against the "
+            f"image without the cache (euler: plain sampling at that many steps). Nobody has measured it on real "
+            f"Krea-2 weights: judge it here, on your own prompts. The DBCache node's defaults, sglang's settings for "
+            f"Krea-2, are in the Krea-2 {variant.capitalize()} "
+            f"{'compare ' if variant == 'turbo' else ''}template.",
+            f"**为什么用这个预设**：`{preset}` 在 {steps} 步中计算 {computed} 步，其余 {steps - computed} 步由预测得到。"
+            f"由本扩展在{model_zh}上测得（不是 Krea-2）：{figures.phrase('zh')}，MAE 均相对于不缓存的图像（euler：以同样步数普通采样）。"
+            "还没有人在真实 Krea-2 权重上测过它：请在这里用你自己的提示词判断。DBCache 节点的默认值（sglang 为 Krea-2 "
+            f"给出的设置）见 Krea-2 {variant.capitalize()} {'compare ' if variant == 'turbo' else ''}模板。")
+
+
+def sglang_evidence(variant: str) -> tuple[str, str]:
+    """The DBCache defaults' figures: sglang's, on real Krea-2 weights."""
+    (row,) = [r for r in SGLANG_KREA2 if r.model.lower() == variant]
+    return (f"**Cache settings**: the node's defaults, sglang's settings for Krea-2. Measured by sglang on real "
+            f"Krea-2 {row.model} weights ({row.steps} steps, CFG {row.cfg:g}): {row.phrase('en')}. For a faster "
+            f"setting, open the Krea-2 {variant.capitalize()} Forecast compare template.",
+            f"**缓存设置**：节点默认值，即 sglang 为 Krea-2 给出的设置。由 sglang 在真实 Krea-2 {row.model} 权重上测得"
+            f"（{row.steps} 步，CFG {row.cfg:g}）：{row.phrase('zh')}。更快的设置见 Krea-2 {variant.capitalize()} Forecast "
+            "compare 模板。")
+
+
+# The DBCache widgets a note states (the calibrator's own two only with a calibrator).
+CALIBRATOR_WIDGETS = ("taylorseer_order", "dmd_history")
+
+
+def dbcache_settings(widgets: dict) -> str:
+    """A DBCache node's widgets as a note states them: "`name` value, ..."."""
+    shown = {k: v for k, v in widgets.items() if widgets.get("calibrator") != "none" or k not in CALIBRATOR_WIDGETS}
+    return ", ".join(f"`{k}` {v:g}" if isinstance(v, float) else f"`{k}` {v}" for k, v in shown.items())
+
+
+def settings_line(steps: str, cfg: float, sampler: str, scheduler: str, cache: str, fewer: str,
+                  each: bool = False) -> str:
+    """The note's first line: what the graph runs, stated plainly (tests/editor/test_template_notes.py reads it)."""
+    return (f"**In this graph**: {steps}, CFG {cfg:g}, {sampler}, {scheduler}; one **Seed**, 42, fixed (a new run "
+            f"samples only what you changed). {'Each cache node' if each else 'The cache node'}: {cache}. "
+            f"Fewer steps: {fewer}.")
+
+
+def settings_line_zh(steps: str, cfg: float, sampler: str, scheduler: str, cache: str, fewer: str,
+                     each: bool = False) -> str:
+    return (f"**本工作流**：{steps}，CFG {cfg:g}，{sampler}，{scheduler}；一个 **Seed**，42，固定（再次运行只重新采样你改动的部分）。"
+            f"{'每个缓存节点' if each else '缓存节点'}：{cache}。更少步数：{fewer}。")
+
+
+def fewer_sampler(steps: int) -> str:
+    return f"**KSampler (fewer steps)** at {steps} steps"
+
+
+def fewer_sampler_zh(steps: int) -> str:
+    return f"**KSampler (fewer steps)** {steps} 步"
+
+
+def fewer_steps_note(steps: int, fewer: int, exact: bool, fixed_by: str = "") -> str:
     """The note's paragraph on the fewer-steps branch of a one-model template."""
     return (f"**Fewer steps or the cache?** The bottom one, **KSampler (fewer steps)**, samples the same graph "
             f"without the cache at {fewer} steps{instead_of(steps, fewer)}: the step count whose uncached run costs as "
             "many block evaluations as the cached run. The second compare node, **Compare Images (fewer steps)**, sets "
             "it against the same uncached image: the cache earns its place where its MAE is the lower of the two. "
-            f"{fewer_steps_how(exact)}{same_steps_note(steps, fewer)}")
+            f"{fewer_steps_how(exact, fixed_by=fixed_by)}{same_steps_note(steps, fewer)}")
 
 
 def instead_of(steps: int, fewer: int) -> str:
     return f" instead of {steps}" if fewer < steps else ""
 
 
-ONE_MODEL_AFTER_A_RUN = ("after a run, set that KSampler's steps to the \"as many as N steps\" the cache node's panel "
-                         "reports, and run again.")
+ONE_MODEL_AFTER_A_RUN = ("after a run, set **KSampler (fewer steps)** to the \"as many as N steps\" the cache node shows, "
+                         "and run again.")
 EXPERTS_AFTER_A_RUN = ("after a run, set both fewer-steps samplers' `steps` to the sum of the two cache nodes' \"as many "
                        "as N steps\", and the high-noise one's `end_at_step` and the low-noise one's `start_at_step` to "
                        "the high-noise node's N; run again.")
 
 
-def fewer_steps_how(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN) -> str:
-    """Where the step count comes from: exact, or the fewest the settings allow and what to do after a run."""
+def fewer_steps_how(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN, fixed_by: str = "") -> str:
+    """Where the step count comes from: exact, or the fewest the settings allow; and which number to type after a
+    run (exact: when the steps change)."""
     if exact:
-        return "These cache settings fix the steps cached in advance (a step mask), so the step count is exact."
+        return (f"{fixed_by or 'These cache settings fix the steps cached in advance (a step mask)'}, so the step "
+                f"count is exact. When you change the steps, {after_a_run}")
     return ("The threshold decides at run time which steps are cached, so this is the fewest steps these settings "
             f"allow (every step the warmup and `max_continuous_cached_steps` leave it, cached): {after_a_run}")
 
@@ -266,24 +363,24 @@ def same_steps_note(steps: int, fewer: int) -> str:
             "blocks), so the fewer-steps image is the uncached one.")
 
 
-def fewer_steps_note_zh(steps: int, fewer: int, exact: bool) -> str:
+def fewer_steps_note_zh(steps: int, fewer: int, exact: bool, fixed_by: str = "") -> str:
     return (f"**更少的步数还是缓存？** 最下面的 **KSampler (fewer steps)** 不经过缓存、以 {fewer} 步{instead_of_zh(steps, fewer)}采样同一个"
             "工作流：不缓存时以这个步数采样，块计算次数与缓存运行相同。第二个比较节点 **Compare Images (fewer steps)** 把它与同一张未缓存图像"
-            f"比较：缓存的 MAE 更低时，缓存才值得。{fewer_steps_how_zh(exact)}{same_steps_note_zh(steps, fewer)}")
+            f"比较：缓存的 MAE 更低时，缓存才值得。{fewer_steps_how_zh(exact, fixed_by=fixed_by)}{same_steps_note_zh(steps, fewer)}")
 
 
 def instead_of_zh(steps: int, fewer: int) -> str:
     return f"（而非 {steps} 步）" if fewer < steps else ""
 
 
-ONE_MODEL_AFTER_A_RUN_ZH = "运行后，把那个 KSampler 的步数设为缓存节点面板上报告的“相当于 N 步”，再运行一次。"
+ONE_MODEL_AFTER_A_RUN_ZH = "运行后，把 **KSampler (fewer steps)** 的步数设为缓存节点显示的“相当于 N 步”，再运行一次。"
 EXPERTS_AFTER_A_RUN_ZH = ("运行后，把两个更少步数采样器的 `steps` 设为两个缓存节点报告的“相当于 N 步”之和，并把高噪声采样器的 `end_at_step` "
                           "和低噪声采样器的 `start_at_step` 设为高噪声节点的 N，再运行一次。")
 
 
-def fewer_steps_how_zh(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN_ZH) -> str:
+def fewer_steps_how_zh(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN_ZH, fixed_by: str = "") -> str:
     if exact:
-        return "这些缓存设置事先固定了要缓存的步（步骤掩码），所以这个步数是准确的。"
+        return f"{fixed_by or '这些缓存设置事先固定了要缓存的步（步骤掩码）'}，所以这个步数是准确的。改了步数时，{after_a_run}"
     return f"缓存哪些步由阈值在运行时决定，所以这是这些设置允许的最少步数（预热和 `max_continuous_cached_steps` 留下的每一步都被缓存）：{after_a_run}"
 
 
@@ -293,30 +390,37 @@ def same_steps_note_zh(steps: int, fewer: int) -> str:
     return "这里缓存省下的不到一整步（缓存的步仍要运行开头的 `Fn_compute_blocks` 个块），所以更少步数的图像就是未缓存的图像。"
 
 
-def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_info: dict) -> dict:
+def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_info: dict,
+                       forecast: str | None = None) -> dict:
     """One seed, one set of prompts and latent, sampled with and without Cache-DiT and without it at the steps that
-    cost as much as the cached run; both others compared with the uncached image."""
-    fewer = fewer_steps(cache_defaults(object_info, "Krea2CacheDiT"), steps, KREA2_BLOCKS)
+    cost as much as the cached run; both others compared with the uncached image. ``forecast``: the cached branch
+    through the Forecast node (CacheDiTSpectrum) with this preset, instead of Krea-2 Cache-DiT at its defaults."""
+    widgets = cache_defaults(object_info, "Krea2CacheDiT")
+    fewer = forecast_fewer_steps(forecast, steps) if forecast else fewer_steps(widgets, steps, KREA2_BLOCKS)
     nodes, prompt_links = loaders_and_prompts(variant, cfg, object_info)
+    if forecast:
+        (cache,) = [node for node in nodes if node["id"] == 4]
+        cache.update(type="CacheDiTSpectrum", title=FORECAST_TITLE, size=[340, 120], widgets={"preset": forecast})
+    prefix = f"Krea2_{variant}" + ("_forecast" if forecast else "")
     nodes += [
         empty_latent(7, [460, 780]),
         {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
-         "widgets": {"value": 42, "control_after_generate": "randomize"}},
+         "widgets": {"value": 42, "control_after_generate": "fixed"}},
         ksampler(8, [900, 40], steps, cfg, title="KSampler (Cache-DiT)"),
         {"id": 9, "type": "VAEDecode", "pos": [1260, 40], "size": [210, 50], "widgets": {}},
         {"id": 10, "type": "SaveImage", "title": "Cache-DiT", "pos": [1980, 40], "size": [400, 440],
-         "widgets": {"filename_prefix": f"Krea2_{variant}_cachedit"}},
-        {"id": 11, "type": "MarkdownNote", "pos": [-420, 40], "size": [420, 700],
-         "text": compare_note(variant, steps, fewer)},
+         "widgets": {"filename_prefix": f"{prefix}_cachedit"}},
+        {"id": 11, "type": "MarkdownNote", "pos": [-420, 40], "size": [420, 760],
+         "text": compare_note(variant, steps, cfg, fewer, widgets, forecast)},
         ksampler(12, [900, 360], steps, cfg, title="KSampler (uncached)"),
         {"id": 13, "type": "VAEDecode", "pos": [1260, 360], "size": [210, 50], "widgets": {}},
         {"id": 14, "type": "SaveImage", "title": "Uncached", "pos": [1980, 520], "size": [400, 440],
-         "widgets": {"filename_prefix": f"Krea2_{variant}_uncached"}},
+         "widgets": {"filename_prefix": f"{prefix}_uncached"}},
         {"id": 15, "type": "Krea2CompareImages", "pos": [1520, 40], "size": [420, 560], "widgets": {}},
         {"id": 16, "type": "SaveImage", "title": "Difference", "pos": [1520, 640], "size": [420, 440],
-         "widgets": {"filename_prefix": f"Krea2_{variant}_difference"}},
+         "widgets": {"filename_prefix": f"{prefix}_difference"}},
         ksampler(30, [900, 1100], fewer[0], cfg, title="KSampler (fewer steps)"),
-        *fewer_steps_outputs(f"Krea2_{variant}"),
+        *fewer_steps_outputs(prefix),
     ]
     links = [
         *prompt_links,
@@ -360,8 +464,9 @@ def file_ref(file: ModelFile) -> dict:
     return {"name": file.name, "url": file.url, "directory": file.directory}
 
 
-def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
-    """``fewer``: each expert's fewer-steps count and whether it is exact (``family_fewer_steps``)."""
+def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]], widgets: dict) -> str:
+    """``fewer``: each expert's fewer-steps count and whether it is exact (``family_fewer_steps``); ``widgets``:
+    each cache node's."""
     links = "\n".join(f"- `{f.directory}/`: [{f.name}]({f.url})" for f in t.files)
     changed = ", ".join(f"`{k}` {v}" for k, v in t.cache.items())
     settings = f"the node's defaults except {changed}" if changed else "the node's defaults"
@@ -375,8 +480,23 @@ def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
                  "one samples through **Cache-DiT DBCache (any supported DiT)**, the middle one without it. ")
         ((steps, exact),) = fewer
         fewer_text, fewer_zh = fewer_steps_note(t.steps, steps, exact), fewer_steps_note_zh(t.steps, steps, exact)
+    cache = dbcache_settings(widgets)
+    counts = [steps for steps, _ in fewer]
+    if t.low_noise:
+        steps_text = (f"{t.steps} steps (the high-noise model for steps 0-{t.split_step}, the low-noise one for "
+                      f"{t.split_step}-{t.steps})")
+        steps_zh = f"{t.steps} 步（高噪声模型负责第 0-{t.split_step} 步，低噪声模型负责第 {t.split_step}-{t.steps} 步）"
+        fewer_line = (f"**High noise (fewer steps)** and **Low noise (fewer steps)** at {sum(counts)} steps, the "
+                      f"high-noise model for steps 0-{counts[0]}")
+        fewer_line_zh = (f"**High noise (fewer steps)** 和 **Low noise (fewer steps)** {sum(counts)} 步，高噪声模型负责第 "
+                         f"0-{counts[0]} 步")
+    else:
+        steps_text, steps_zh = f"{t.steps} steps", f"{t.steps} 步"
+        fewer_line, fewer_line_zh = fewer_sampler(counts[0]), fewer_sampler_zh(counts[0])
+    each = bool(t.low_noise)
     return (
         f"## {t.title}: with and without Cache-DiT, and fewer steps\n\n"
+        f"{settings_line(steps_text, t.cfg, t.sampler, t.scheduler, cache, fewer_line, each)}\n\n"
         f"{graph}**Compare Images (Cache-DiT)** "
         "(it compares any two images) shows on the node how far the cached image is from the uncached one: MAE "
         "(0-255), PSNR (dB; identical images give 100 dB) and a heatmap of where they differ (black = identical). "
@@ -384,7 +504,8 @@ def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
         f"{fewer_text}\n\n"
         f"**Recipe**: {t.recipe}\n\n**Cache settings**: {settings}. {t.evidence}\n\n"
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
-        f"{ZH_HEADING}\n\n{family_graph_zh(t)}{ZH_COMPARE}\n\n{fewer_zh}\n\n**采样配方**：{t.recipe_zh}\n\n"
+        f"{ZH_HEADING}\n\n{settings_line_zh(steps_zh, t.cfg, t.sampler, t.scheduler, cache, fewer_line_zh, each)}\n\n"
+        f"{family_graph_zh(t)}{ZH_COMPARE}\n\n{fewer_zh}\n\n**采样配方**：{t.recipe_zh}\n\n"
         f"**缓存设置**：{settings_zh(t)}。{t.evidence_zh}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
@@ -477,8 +598,8 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
         {"id": 7, "type": t.latent, "pos": [460, 900], "size": [300, 110],
          "widgets": {**t.latent_size, **({"batch_size": 1} if "batch_size" in latent_inputs else {})}},
         {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
-         "widgets": {"value": 42, "control_after_generate": "randomize"}},
-        {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 760], "text": family_note(t, fewer)},
+         "widgets": {"value": 42, "control_after_generate": "fixed"}},
+        {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 760], "text": family_note(t, fewer, {**defaults, **t.cache})},
     ]
     links = [(2, 0, 5, "clip")]
     latent = 7   # what the samplers start from: the empty latent, or the audio-video latent it is joined into
@@ -538,12 +659,12 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
                 split_step: int | None = t.split_step) -> dict:
         if stage is None:
             return {"id": node_id, "type": "KSampler", "title": title, "pos": pos, "size": [320, 270],
-                    "widgets": {"seed": 42, "control_after_generate": "randomize", "steps": steps, "cfg": t.cfg,
+                    "widgets": {"seed": 42, "control_after_generate": "fixed", "steps": steps, "cfg": t.cfg,
                                 "sampler_name": t.sampler, "scheduler": t.scheduler, "denoise": 1.0}}
         high = stage == "high"
         return {"id": node_id, "type": "KSamplerAdvanced", "title": title, "pos": pos, "size": [320, 340],
                 "widgets": {"add_noise": "enable" if high else "disable", "noise_seed": 42,
-                            "control_after_generate": "randomize", "steps": steps, "cfg": t.cfg,
+                            "control_after_generate": "fixed", "steps": steps, "cfg": t.cfg,
                             "sampler_name": t.sampler, "scheduler": t.scheduler,
                             "start_at_step": 0 if high else split_step,
                             "end_at_step": split_step if high else 10000,
@@ -619,6 +740,11 @@ EXAMPLES = {
     "krea2_diffusers_cachedit.json": (text_to_image, dict(variant="turbo", steps=8, cfg=1.0, diffusers=True)),
     # Turbo with and without Cache-DiT from one seed, and how far apart the two images are.
     "krea2_turbo_compare.json": (cached_vs_uncached, dict(variant="turbo", steps=8, cfg=1.0)),
+    # The same through the Forecast node at the README's faster settings: Turbo 5 of 8 steps computed, Raw 13 of 52.
+    "krea2_turbo_forecast_compare.json": (cached_vs_uncached, dict(variant="turbo", steps=8, cfg=1.0,
+                                                                   forecast="turbo_5_of_8")),
+    "krea2_raw_forecast_compare.json": (cached_vs_uncached, dict(variant="raw", steps=52, cfg=3.5,
+                                                                 forecast="raw_1_in_4")),
 }
 
 

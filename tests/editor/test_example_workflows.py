@@ -36,6 +36,8 @@ from devkit.example_templates import FAMILY_TEMPLATES, KREA2_BLOCKS, TEXT_ENCODE
 from devkit.family_prompts import FAMILIES
 from devkit.krea2_prompts import TINY_MODEL
 
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
+
 pytestmark = pytest.mark.comfyui
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +94,7 @@ class Example:
     conditioning: dict | None = None   # the node between the prompts and the samplers: {class_type, inputs}
     audio_latent: dict | None = None   # LTX-2's audio latent node, joined with the video latent: {class_type, inputs}
     blocks: tuple[int, ...] = ()       # a compare template's real model: its blocks per block list
+    forecast: str | None = None        # the Forecast node's preset (cache_node CacheDiTSpectrum)
 
     @classmethod
     def of(cls, t: FamilyTemplate) -> Example:
@@ -116,8 +119,22 @@ class Example:
         return [(0, self.split_step), (self.split_step, self.steps)]
 
     def fewer_steps(self, cache_widgets: dict, shipped: bool = True) -> list[tuple[int, bool]]:
-        """Each expert's steps in the fewer-steps branch, and whether exact (``example_templates.fewer_steps``)."""
+        """Each expert's steps in the fewer-steps branch, and whether exact (``example_templates.fewer_steps``); the
+        Forecast node's: the steps its preset's plan computes, exact."""
+        if self.forecast:
+            return [forecast_computed(self.forecast, end - start) for start, end in self.stage_steps(shipped)]
         return [fewer_steps(cache_widgets, end - start, self.blocks) for start, end in self.stage_steps(shipped)]
+
+
+def forecast_computed(preset: str, steps: int) -> tuple[int, bool]:
+    """The steps the Forecast node's plan computes for ``preset`` at ``steps`` (a forecast step runs no block, so
+    as many plain steps cost as much), exact: the schedule is fixed before the run."""
+    return sum(plan_forecast_run(ForecastSettings.from_preset(preset), steps).mask), True
+
+
+def forecast_settings(preset: str) -> dict:
+    """The record's ``settings`` of a Forecast run with ``preset``, as JSON gives them back."""
+    return json.loads(json.dumps(dataclasses.asdict(ForecastSettings.from_preset(preset))))
 
 
 KREA2 = "Krea-2 (ComfyUI native)"
@@ -127,6 +144,11 @@ EXPECTED = {
     "krea2_diffusers_cachedit.json": Example(8, 1.0, "Krea-2 (diffusers)", TURBO_FILES,
                                              loader="Krea2DiffusersLoader"),
     "krea2_turbo_compare.json": Example(8, 1.0, KREA2, TURBO_FILES, blocks=KREA2_BLOCKS),
+    # The Forecast node at the README's faster Krea-2 settings: Turbo 5 of 8 steps computed, Raw 13 of 52.
+    "krea2_turbo_forecast_compare.json": Example(8, 1.0, KREA2, TURBO_FILES, blocks=KREA2_BLOCKS,
+                                                 cache_node="CacheDiTSpectrum", forecast="turbo_5_of_8"),
+    "krea2_raw_forecast_compare.json": Example(52, 3.5, KREA2, RAW_FILES, blocks=KREA2_BLOCKS,
+                                               cache_node="CacheDiTSpectrum", forecast="raw_1_in_4"),
     # Every other family's compare template: one entry each in devkit/example_templates.py.
     **{name: Example.of(template) for name, template in FAMILY_TEMPLATES.items()},
 }
@@ -278,7 +300,8 @@ def test_example_settings(path, object_info):
     assert [n["type"] for n in workflow["nodes"] if n["type"] in CACHE_NODES] == \
         [example.cache_node] * len(example.stage_steps())
     cache_info = object_info[example.cache_node]
-    defaults = {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget}
+    defaults = ({"preset": example.forecast} if example.forecast else   # the Forecast node: its preset, no default
+                {name: opts["default"] for name, _, opts, is_widget in ordered_inputs(cache_info) if is_widget})
     stages = []
     for cache in caches:
         values = {k: v[0] for k, v in widget_values(cache, cache_info).items()}
@@ -434,14 +457,15 @@ def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     # Each cache node's record is its own run: its model's steps (an expert's share of them), in turn.
     runs = sorted(runs.values(), key=lambda run: run["sigmas"][0], reverse=True)
     summaries = [(run["status"], run["steps"], run["cfg"], run["settings"], run["model"]) for run in runs]
-    assert summaries == [("ok", end - start, example.cfg, CACHE_DEFAULTS | example.cache, example.family)
+    settings = forecast_settings(example.forecast) if example.forecast else CACHE_DEFAULTS | example.cache
+    assert summaries == [("ok", end - start, example.cfg, settings, example.family)
                          for start, end in example.stage_steps()]
     for earlier, later in zip(runs, runs[1:]):  # the low-noise run starts where the high-noise one stopped
         assert earlier["sigmas"][-1] == pytest.approx(later["sigmas"][0])
     saved = saved_images(server, prompt, entry)
     compared = {prompt[n]["inputs"]["candidate"][0]: check_compare_outputs(server, prompt, entry, n, saved)
                 for n, node in prompt.items() if node["class_type"] == "Krea2CompareImages"}
-    cached_steps = [run["cached_steps"] for run in runs]
+    cached_steps = [run["skipped_steps"] for run in runs]   # cached, or forecast (the Forecast node)
     if not compare:
         return
     by_branch = {name: compared[decoder] for decoder in compared for name, chain in branches.items()
@@ -461,7 +485,8 @@ def check_fewer_steps_run(runs: list[dict], example: Example, cache_widgets: dic
     for run in runs:
         blocks = tuple(part["size"] for part in run["block_lists"]) or (run["block_evals_uncached"] // run["calls"],)
         assert len(blocks) == len(example.blocks), (run["model"], run["block_lists"], example.blocks)
-        planned, exact = fewer_steps(cache_widgets, run["steps"], blocks)
+        planned, exact = (forecast_computed(example.forecast, run["steps"]) if example.forecast
+                          else fewer_steps(cache_widgets, run["steps"], blocks))
         assert run["full_calls"] <= run["calls"] and run["equal_cost_steps"] is not None, run
         if exact:
             assert run["equal_cost_steps"] == planned, (run["cached_steps"], run["equal_cost_steps"], planned)

@@ -336,7 +336,7 @@ def run_example_nodes(server, prompt: dict) -> tuple[str, dict, dict]:
     assert prompt_error(entry) is None, f"{prompt_error(entry)}\n{server.log_tail()}"
     check_saved_images(server, prompt, entry)
 
-    cache_ids = [n for n, node in prompt.items() if node["class_type"] in ("Krea2CacheDiT", "CacheDiTDBCache")]
+    cache_ids = [n for n, node in prompt.items() if node["class_type"] in CACHE_NODES]
     assert cache_ids, "no Cache-DiT node"
     return prompt_id, entry, {cache_id: server.stats_for(prompt_id, cache_id)[0] for cache_id in cache_ids}
 
@@ -368,7 +368,7 @@ def check_saved_images(server, prompt: dict, entry: dict):
 
 # --- what a compare template's graph samples -----------------------------------------------------------------
 
-CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache"}
+CACHE_NODES = {"Krea2CacheDiT", "CacheDiTDBCache", "CacheDiTSpectrum"}   # the DBCache nodes and the Forecast node
 SAMPLERS = ("KSampler", "KSamplerAdvanced")
 
 
