@@ -283,14 +283,19 @@ def forecast_evidence(variant: str, steps: int, preset: str) -> tuple[str, str]:
             f"给出的设置）见 Krea-2 {variant.capitalize()} {'compare ' if variant == 'turbo' else ''}模板。")
 
 
+# Where sglang publishes its Krea-2 measurement (the README links it too).
+SGLANG_SOURCE = "https://github.com/sgl-project/sglang/pull/29688"
+
+
 def sglang_evidence(variant: str) -> tuple[str, str]:
     """The DBCache defaults' figures: sglang's, on real Krea-2 weights."""
     (row,) = [r for r in SGLANG_KREA2 if r.model.lower() == variant]
     return (f"**Cache settings**: the node's defaults, sglang's settings for Krea-2. Measured by sglang on real "
-            f"Krea-2 {row.model} weights ({row.steps} steps, CFG {row.cfg:g}): {row.phrase('en')}. For a faster "
+            f"Krea-2 {row.model} weights ({row.steps} steps, CFG {row.cfg:g}): {row.phrase('en')} "
+            f"([source]({SGLANG_SOURCE})). For a faster "
             f"setting, open the Krea-2 {variant.capitalize()} Forecast compare template.",
             f"**缓存设置**：节点默认值，即 sglang 为 Krea-2 给出的设置。由 sglang 在真实 Krea-2 {row.model} 权重上测得"
-            f"（{row.steps} 步，CFG {row.cfg:g}）：{row.phrase('zh')}。更快的设置见 Krea-2 {variant.capitalize()} Forecast "
+            f"（{row.steps} 步，CFG {row.cfg:g}）：{row.phrase('zh')}（[来源]({SGLANG_SOURCE})）。更快的设置见 Krea-2 {variant.capitalize()} Forecast "
             "compare 模板。")
 
 
@@ -473,7 +478,8 @@ def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]], widgets: dict)
     if t.low_noise:
         graph = ("The three branches share the two models, the prompts, the empty latent and the **Seed** node; each "
                  "samples the high-noise model, then the low-noise one (two KSamplerAdvanced). The top branch samples "
-                 "each model through its own **Cache-DiT DBCache (any supported DiT)**, the middle one without them. ")
+                 "each model through its own Cache-DiT DBCache node (**Cache-DiT (high noise)**, **Cache-DiT (low "
+                 "noise)**), the middle one without them. ")
         fewer_text, fewer_zh = experts_fewer_steps_note(t, fewer), experts_fewer_steps_note_zh(t, fewer)
     else:
         graph = ("The three KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top "
@@ -550,7 +556,7 @@ ZH_COMPARE = ("**Compare Images (Cache-DiT)**（可比较任意两张图片）�
 def family_graph_zh(t: FamilyTemplate) -> str:
     if t.low_noise:
         return ("三个分支共用两个模型、提示词、空潜空间和 **Seed** 节点；每个分支先采样高噪声模型，再采样低噪声模型（两个 KSamplerAdvanced）。"
-                "上面的分支让每个模型经过各自的 **Cache-DiT DBCache (any supported DiT)**，中间的分支不经过。")
+                "上面的分支让每个模型经过各自的 Cache-DiT DBCache 节点（**Cache-DiT (high noise)**、**Cache-DiT (low noise)**），中间的分支不经过。")
     return ("三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Cache-DiT DBCache (any supported DiT)** 采样，"
             "中间的不经过。")
 
