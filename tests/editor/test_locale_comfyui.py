@@ -137,3 +137,16 @@ def test_every_key_the_stats_panel_asks_for_is_in_english_and_every_english_stri
     assert states and not sorted(f"states.{s}" for s in states if f"states.{s}" not in en), states
     unused = sorted(key for key in en if key not in literal and key.split(".")[0] not in groups)
     assert not unused, f"English panel strings web/krea2_cachedit.js never asks for: {unused}"
+
+
+def test_the_english_locale_names_the_inputs_a_preset_shows_as_their_labels(comfy_root):
+    """The editor labels an input a dynamic combo shows by its locale name, never by the schema's display name:
+    locales/en/nodeDefs.json gives each such input with a display name that name (and nothing else)."""
+    english = json.loads((REPO / "locales" / "en" / "nodeDefs.json").read_text(encoding="utf-8"))
+    expected = {}
+    for info in pack_node_infos(comfy_root):
+        shown = {item.key: item.label for item in translatable_inputs(info)
+                 if item.key != item.name and item.label and item.label != item.name}
+        if shown:
+            expected[info["name"]] = {"inputs": {key: {"name": label} for key, label in shown.items()}}
+    assert english == expected
