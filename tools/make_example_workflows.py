@@ -51,17 +51,44 @@ def model_ref(key: str) -> dict:
     return {"name": name, "url": f"{HF}/{directory}/{name}", "directory": directory}
 
 
-def note(variant: str, loader: str) -> str:
+# The Krea-2 templates' cache node (Krea2CacheDiT is deprecated: it takes the same inputs, and saved workflows keep
+# loading it, but the editor's node search hides it).
+CACHE_NODE = "CacheDiTDBCache"
+ZH_NODE_DEFS = json.loads((REPO_ROOT / "locales" / "zh" / "nodeDefs.json").read_text(encoding="utf-8"))
+
+
+def display_names(object_info: dict, node_type: str = CACHE_NODE) -> tuple[str, str]:
+    """A node's name as the editor shows it: English (/object_info), Chinese (locales/zh; English where it has none)."""
+    en = object_info[node_type]["display_name"]
+    return en, ZH_NODE_DEFS.get(node_type, {}).get("display_name", en)
+
+
+def input_labels(object_info: dict, node_type: str = CACHE_NODE) -> tuple[dict, dict]:
+    """Each widget's label as the editor shows it, by input id: English (the schema's ``display_name`` in
+    /object_info, else the id), Chinese (locales/zh ``inputs.<id>.name``, else the English label)."""
+    en = {name: opts.get("display_name") or name
+          for name, _, opts, is_widget in ordered_inputs(object_info[node_type]) if is_widget}
+    zh_inputs = ZH_NODE_DEFS.get(node_type, {}).get("inputs", {})
+    return en, {name: zh_inputs.get(name, {}).get("name") or label for name, label in en.items()}
+
+
+def quoted(label: str, zh: bool = False) -> str:
+    """An input's label in running text: "label" (English), “label” (Chinese)."""
+    return f"“{label}”" if zh else f'"{label}"'
+
+
+def note(variant: str, loader: str, object_info: dict) -> str:
     files = [MODEL_FILES[variant], MODEL_FILES["text_encoder"], MODEL_FILES["vae"]]
     links = "\n".join(f"- `{d}/`: [{n}]({HF}/{d}/{n})" for n, d in files)
+    node, node_zh = display_names(object_info)
     return (
         f"## Krea-2 {variant.capitalize()} + Cache-DiT\n\n"
-        f"**Krea-2 Cache-DiT** sits between the model loader ({loader}) and the KSampler. "
+        f"**{node}** sits between the model loader ({loader}) and the KSampler. "
         "Its defaults are the reference settings measured on real Krea-2 weights (no step mask, no calibrator); "
         "the stats of each run are printed in the console and shown on the node.\n\n"
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
         f"{ZH_HEADING}\n\n"
-        f"**Krea-2 Cache-DiT** 位于模型加载器（{loader}）和 KSampler 之间。它的默认值是在真实 Krea-2 权重上测得的参考设置（无步骤掩码、无校准器）；"
+        f"**{node_zh}** 位于模型加载器（{loader}）和 KSampler 之间。它的默认值是在真实 Krea-2 权重上测得的参考设置（无步骤掩码、无校准器）；"
         "每次运行的统计会打印在控制台并显示在节点上。模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
@@ -146,14 +173,14 @@ def cache_defaults(object_info: dict, node_type: str) -> dict:
 
 
 def cache_node(node_id: int, object_info: dict) -> dict:
-    """Krea2CacheDiT with every widget at its default."""
-    return {"id": node_id, "type": "Krea2CacheDiT", "pos": [460, 40], "size": [340, 370],
-            "widgets": cache_defaults(object_info, "Krea2CacheDiT")}
+    """The DBCache node with every widget at its default."""
+    return {"id": node_id, "type": CACHE_NODE, "pos": [460, 40], "size": [340, 370],
+            "widgets": cache_defaults(object_info, CACHE_NODE)}
 
 
 def loaders_and_prompts(variant: str, cfg: float, object_info: dict,
                         diffusers: bool = False) -> tuple[list[dict], list[tuple]]:
-    """Nodes 1-6: model, text encoder and VAE loaders, Krea-2 Cache-DiT, positive and negative; their links."""
+    """Nodes 1-6: model, text encoder and VAE loaders, the DBCache node, positive and negative; their links."""
     unet_file = MODEL_FILES[variant][0]
     if diffusers:
         loader = {"id": 1, "type": "Krea2DiffusersLoader", "pos": [40, 40], "size": [380, 110],
@@ -205,7 +232,7 @@ def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: 
         {"id": 10, "type": "SaveImage", "pos": [1260, 140], "size": [520, 560],
          "widgets": {"filename_prefix": f"Krea2_{variant}_cachedit"}},
         {"id": 11, "type": "MarkdownNote", "pos": [-420, 40], "size": [420, 420],
-         "text": note(variant, "Load Krea-2 (diffusers)" if diffusers else "Load Diffusion Model")},
+         "text": note(variant, "Load Krea-2 (diffusers)" if diffusers else "Load Diffusion Model", object_info)},
     ]
     links = [
         *prompt_links,
@@ -216,23 +243,25 @@ def text_to_image(name: str, variant: str, steps: int, cfg: float, object_info: 
 
 
 def compare_note(variant: str, steps: int, cfg: float, fewer: tuple[int, bool], cache_widgets: dict,
-                 forecast: str | None = None) -> str:
+                 object_info: dict, forecast: str | None = None) -> str:
     """A Krea-2 compare template's note: through the DBCache node (its widgets ``cache_widgets``), or the Forecast
     node with the preset ``forecast``."""
     files = [MODEL_FILES[variant], MODEL_FILES["text_encoder"], MODEL_FILES["vae"]]
     links = "\n".join(f"- `{d}/`: [{n}]({HF}/{d}/{n})" for n, d in files)
-    node = f"**{FORECAST_TITLE}**" if forecast else "**Krea-2 Cache-DiT**"
+    names = (FORECAST_TITLE, FORECAST_TITLE) if forecast else display_names(object_info)
+    node, node_zh = (f"**{name}**" for name in names)
+    labels, labels_zh = input_labels(object_info)
     steps_text, steps_zh = f"{steps} steps", f"{steps} 步"
     if forecast:
         cache_text, cache_zh = f"preset `{forecast}`", f"预设 `{forecast}`"
-        fewer_text, fewer_zh = (fewer_steps_note(steps, *fewer, fixed_by=FORECAST_FIXES),
-                                fewer_steps_note_zh(steps, *fewer, fixed_by=FORECAST_FIXES_ZH))
+        fewer_text, fewer_zh = (fewer_steps_note(steps, *fewer, labels, fixed_by=FORECAST_FIXES),
+                                fewer_steps_note_zh(steps, *fewer, labels_zh, fixed_by=FORECAST_FIXES_ZH))
         how, how_zh = (f" On the steps its preset forecasts, {node} runs none of the model's blocks: it forecasts the "
-                       "model's result from the steps it computed.", f"在预设要预测的步上，{node} 不运行模型的任何块，而是根据已计算的步预测模型的结果。")
+                       "model's result from the steps it computed.", f"在预设要预测的步上，{node_zh} 不运行模型的任何块，而是根据已计算的步预测模型的结果。")
         why, why_zh = forecast_evidence(variant, steps, forecast)
     else:
-        cache_text = cache_zh = dbcache_settings(cache_widgets)
-        fewer_text, fewer_zh = fewer_steps_note(steps, *fewer), fewer_steps_note_zh(steps, *fewer)
+        cache_text, cache_zh = dbcache_settings(cache_widgets, labels), dbcache_settings(cache_widgets, labels_zh, zh=True)
+        fewer_text, fewer_zh = fewer_steps_note(steps, *fewer, labels), fewer_steps_note_zh(steps, *fewer, labels_zh)
         how = how_zh = ""
         why, why_zh = sglang_evidence(variant)
     title = f"Krea-2 {variant.capitalize()}: " + (
@@ -250,7 +279,7 @@ def compare_note(variant: str, steps: int, cfg: float, fewer: tuple[int, bool], 
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
         f"{ZH_HEADING}\n\n"
         f"{settings_line_zh(steps_zh, cfg, 'euler', 'simple', cache_zh, fewer_sampler_zh(fewer[0]))}\n\n"
-        f"三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 {node} 采样，中间的不经过。{how_zh}"
+        f"三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 {node_zh} 采样，中间的不经过。{how_zh}"
         f"{ZH_COMPARE}\n\n{fewer_zh}\n\n{why_zh}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
@@ -303,10 +332,12 @@ def sglang_evidence(variant: str) -> tuple[str, str]:
 CALIBRATOR_WIDGETS = ("taylorseer_order", "dmd_history")
 
 
-def dbcache_settings(widgets: dict) -> str:
-    """A DBCache node's widgets as a note states them: "`name` value, ..."."""
+def dbcache_settings(widgets: dict, labels: dict, zh: bool = False) -> str:
+    """A DBCache node's widgets as a note states them, by the labels the editor shows (``input_labels``):
+    '"label" value, ...' (Chinese: '“label” value，...')."""
     shown = {k: v for k, v in widgets.items() if widgets.get("calibrator") != "none" or k not in CALIBRATOR_WIDGETS}
-    return ", ".join(f"`{k}` {v:g}" if isinstance(v, float) else f"`{k}` {v}" for k, v in shown.items())
+    return ("，" if zh else ", ").join(f"{quoted(labels[k], zh)} {v:g}" if isinstance(v, float)
+                                      else f"{quoted(labels[k], zh)} {v}" for k, v in shown.items())
 
 
 def settings_line(steps: str, cfg: float, sampler: str, scheduler: str, cache: str, fewer: str,
@@ -331,13 +362,13 @@ def fewer_sampler_zh(steps: int) -> str:
     return f"**KSampler (fewer steps)** {steps} 步"
 
 
-def fewer_steps_note(steps: int, fewer: int, exact: bool, fixed_by: str = "") -> str:
+def fewer_steps_note(steps: int, fewer: int, exact: bool, labels: dict, fixed_by: str = "") -> str:
     """The note's paragraph on the fewer-steps branch of a one-model template."""
     return (f"**Fewer steps or the cache?** The bottom one, **KSampler (fewer steps)**, samples the same graph "
             f"without the cache at {fewer} steps{instead_of(steps, fewer)}: the step count whose uncached run costs as "
             "many block evaluations as the cached run. The second compare node, **Compare Images (fewer steps)**, sets "
             "it against the same uncached image: the cache earns its place where its MAE is the lower of the two. "
-            f"{fewer_steps_how(exact, fixed_by=fixed_by)}{same_steps_note(steps, fewer)}")
+            f"{fewer_steps_how(exact, labels, fixed_by=fixed_by)}{same_steps_note(steps, fewer, labels)}")
 
 
 def instead_of(steps: int, fewer: int) -> str:
@@ -351,27 +382,29 @@ EXPERTS_AFTER_A_RUN = ("after a run, set both fewer-steps samplers' `steps` to t
                        "the high-noise node's N; run again.")
 
 
-def fewer_steps_how(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN, fixed_by: str = "") -> str:
+def fewer_steps_how(exact: bool, labels: dict, after_a_run: str = ONE_MODEL_AFTER_A_RUN, fixed_by: str = "") -> str:
     """Where the step count comes from: exact, or the fewest the settings allow; and which number to type after a
     run (exact: when the steps change)."""
     if exact:
         return (f"{fixed_by or 'These cache settings fix the steps cached in advance (a step mask)'}, so the step "
                 f"count is exact. When you change the steps, {after_a_run}")
     return ("The threshold decides at run time which steps are cached, so this is the fewest steps these settings "
-            f"allow (every step the warmup and `max_continuous_cached_steps` leave it, cached): {after_a_run}")
+            f"allow (every step the warmup and {quoted(labels['max_continuous_cached_steps'])} leave it, cached): "
+            f"{after_a_run}")
 
 
-def same_steps_note(steps: int, fewer: int) -> str:
+def same_steps_note(steps: int, fewer: int, labels: dict) -> str:
     if fewer < steps:
         return ""
-    return (" Here caching saves less than one whole step (a cached step still runs its first `Fn_compute_blocks` "
-            "blocks), so the fewer-steps image is the uncached one.")
+    return (" Here caching saves less than one whole step (a cached step still computes the "
+            f"{quoted(labels['Fn_compute_blocks'])}), so the fewer-steps image is the uncached one.")
 
 
-def fewer_steps_note_zh(steps: int, fewer: int, exact: bool, fixed_by: str = "") -> str:
+def fewer_steps_note_zh(steps: int, fewer: int, exact: bool, labels: dict, fixed_by: str = "") -> str:
     return (f"**更少的步数还是缓存？** 最下面的 **KSampler (fewer steps)** 不经过缓存、以 {fewer} 步{instead_of_zh(steps, fewer)}采样同一个"
             "工作流：不缓存时以这个步数采样，块计算次数与缓存运行相同。第二个比较节点 **Compare Images (fewer steps)** 把它与同一张未缓存图像"
-            f"比较：缓存的 MAE 更低时，缓存才值得。{fewer_steps_how_zh(exact, fixed_by=fixed_by)}{same_steps_note_zh(steps, fewer)}")
+            f"比较：缓存的 MAE 更低时，缓存才值得。{fewer_steps_how_zh(exact, labels, fixed_by=fixed_by)}"
+            f"{same_steps_note_zh(steps, fewer, labels)}")
 
 
 def instead_of_zh(steps: int, fewer: int) -> str:
@@ -383,24 +416,27 @@ EXPERTS_AFTER_A_RUN_ZH = ("运行后，把两个更少步数采样器的 `steps`
                           "和低噪声采样器的 `start_at_step` 设为高噪声节点的 N，再运行一次。")
 
 
-def fewer_steps_how_zh(exact: bool, after_a_run: str = ONE_MODEL_AFTER_A_RUN_ZH, fixed_by: str = "") -> str:
+def fewer_steps_how_zh(exact: bool, labels: dict, after_a_run: str = ONE_MODEL_AFTER_A_RUN_ZH,
+                       fixed_by: str = "") -> str:
     if exact:
         return f"{fixed_by or '这些缓存设置事先固定了要缓存的步（步骤掩码）'}，所以这个步数是准确的。改了步数时，{after_a_run}"
-    return f"缓存哪些步由阈值在运行时决定，所以这是这些设置允许的最少步数（预热和 `max_continuous_cached_steps` 留下的每一步都被缓存）：{after_a_run}"
+    return (f"缓存哪些步由阈值在运行时决定，所以这是这些设置允许的最少步数（预热和{quoted(labels['max_continuous_cached_steps'], True)}"
+            f"留下的每一步都被缓存）：{after_a_run}")
 
 
-def same_steps_note_zh(steps: int, fewer: int) -> str:
+def same_steps_note_zh(steps: int, fewer: int, labels: dict) -> str:
     if fewer < steps:
         return ""
-    return "这里缓存省下的不到一整步（缓存的步仍要运行开头的 `Fn_compute_blocks` 个块），所以更少步数的图像就是未缓存的图像。"
+    return (f"这里缓存省下的不到一整步（缓存的步仍要运行开头的块，即{quoted(labels['Fn_compute_blocks'], True)}），"
+            "所以更少步数的图像就是未缓存的图像。")
 
 
 def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_info: dict,
                        forecast: str | None = None) -> dict:
     """One seed, one set of prompts and latent, sampled with and without Cache-DiT and without it at the steps that
     cost as much as the cached run; both others compared with the uncached image. ``forecast``: the cached branch
-    through the Forecast node (CacheDiTSpectrum) with this preset, instead of Krea-2 Cache-DiT at its defaults."""
-    widgets = cache_defaults(object_info, "Krea2CacheDiT")
+    through the Forecast node (CacheDiTSpectrum) with this preset, instead of the DBCache node at its defaults."""
+    widgets = cache_defaults(object_info, CACHE_NODE)
     fewer = forecast_fewer_steps(forecast, steps) if forecast else fewer_steps(widgets, steps, KREA2_BLOCKS)
     nodes, prompt_links = loaders_and_prompts(variant, cfg, object_info)
     if forecast:
@@ -416,7 +452,7 @@ def cached_vs_uncached(name: str, variant: str, steps: int, cfg: float, object_i
         {"id": 10, "type": "SaveImage", "title": "Cache-DiT", "pos": [1980, 40], "size": [400, 440],
          "widgets": {"filename_prefix": f"{prefix}_cachedit"}},
         {"id": 11, "type": "MarkdownNote", "pos": [-420, 40], "size": [420, 760],
-         "text": compare_note(variant, steps, cfg, fewer, widgets, forecast)},
+         "text": compare_note(variant, steps, cfg, fewer, widgets, object_info, forecast)},
         ksampler(12, [900, 360], steps, cfg, title="KSampler (uncached)"),
         {"id": 13, "type": "VAEDecode", "pos": [1260, 360], "size": [210, 50], "widgets": {}},
         {"id": 14, "type": "SaveImage", "title": "Uncached", "pos": [1980, 520], "size": [400, 440],
@@ -469,24 +505,27 @@ def file_ref(file: ModelFile) -> dict:
     return {"name": file.name, "url": file.url, "directory": file.directory}
 
 
-def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]], widgets: dict) -> str:
+def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]], widgets: dict, object_info: dict) -> str:
     """``fewer``: each expert's fewer-steps count and whether it is exact (``family_fewer_steps``); ``widgets``:
     each cache node's."""
     links = "\n".join(f"- `{f.directory}/`: [{f.name}]({f.url})" for f in t.files)
-    changed = ", ".join(f"`{k}` {v}" for k, v in t.cache.items())
+    node = display_names(object_info)[0]
+    labels, labels_zh = input_labels(object_info)
+    changed = ", ".join(f"{quoted(labels[k])} {v}" for k, v in t.cache.items())
     settings = f"the node's defaults except {changed}" if changed else "the node's defaults"
     if t.low_noise:
         graph = ("The three branches share the two models, the prompts, the empty latent and the **Seed** node; each "
                  "samples the high-noise model, then the low-noise one (two KSamplerAdvanced). The top branch samples "
                  "each model through its own Cache-DiT DBCache node (**Cache-DiT (high noise)**, **Cache-DiT (low "
                  "noise)**), the middle one without them. ")
-        fewer_text, fewer_zh = experts_fewer_steps_note(t, fewer), experts_fewer_steps_note_zh(t, fewer)
+        fewer_text, fewer_zh = experts_fewer_steps_note(t, fewer, labels), experts_fewer_steps_note_zh(t, fewer, labels_zh)
     else:
         graph = ("The three KSamplers share the model, the prompts, the empty latent and the **Seed** node; the top "
-                 "one samples through **Cache-DiT DBCache (any supported DiT)**, the middle one without it. ")
+                 f"one samples through **{node}**, the middle one without it. ")
         ((steps, exact),) = fewer
-        fewer_text, fewer_zh = fewer_steps_note(t.steps, steps, exact), fewer_steps_note_zh(t.steps, steps, exact)
-    cache = dbcache_settings(widgets)
+        fewer_text, fewer_zh = (fewer_steps_note(t.steps, steps, exact, labels),
+                                fewer_steps_note_zh(t.steps, steps, exact, labels_zh))
+    cache, cache_zh = dbcache_settings(widgets, labels), dbcache_settings(widgets, labels_zh, zh=True)
     counts = [steps for steps, _ in fewer]
     if t.low_noise:
         steps_text = (f"{t.steps} steps (the high-noise model for steps 0-{t.split_step}, the low-noise one for "
@@ -510,20 +549,20 @@ def family_note(t: FamilyTemplate, fewer: list[tuple[int, bool]], widgets: dict)
         f"{fewer_text}\n\n"
         f"**Recipe**: {t.recipe}\n\n**Cache settings**: {settings}. {t.evidence}\n\n"
         f"### Models (put them in `ComfyUI/models/...`)\n\n{links}\n\n"
-        f"{ZH_HEADING}\n\n{settings_line_zh(steps_zh, t.cfg, t.sampler, t.scheduler, cache, fewer_line_zh, each)}\n\n"
-        f"{family_graph_zh(t)}{ZH_COMPARE}\n\n{fewer_zh}\n\n**采样配方**：{t.recipe_zh}\n\n"
-        f"**缓存设置**：{settings_zh(t)}。{t.evidence_zh}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
+        f"{ZH_HEADING}\n\n{settings_line_zh(steps_zh, t.cfg, t.sampler, t.scheduler, cache_zh, fewer_line_zh, each)}\n\n"
+        f"{family_graph_zh(t, display_names(object_info)[1])}{ZH_COMPARE}\n\n{fewer_zh}\n\n**采样配方**：{t.recipe_zh}\n\n"
+        f"**缓存设置**：{settings_zh(t, labels_zh)}。{t.evidence_zh}\n\n模型文件见上面的链接（放到 `ComfyUI/models/...` 下对应的文件夹）。\n"
     )
 
 
 def family_fewer_steps(t: FamilyTemplate, object_info: dict) -> list[tuple[int, bool]]:
     """Each expert's fewer-steps count (its cached run's own steps, cost as the pack's plan states it) and whether it
     is exact; one model: one."""
-    widgets = cache_defaults(object_info, "CacheDiTDBCache") | t.cache
+    widgets = cache_defaults(object_info, CACHE_NODE) | t.cache
     return [fewer_steps(widgets, end - start, t.blocks) for start, end in t.stages()]
 
 
-def experts_fewer_steps_note(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
+def experts_fewer_steps_note(t: FamilyTemplate, fewer: list[tuple[int, bool]], labels: dict) -> str:
     """The note's paragraph on the fewer-steps branch of a template of two experts in turn."""
     (high, exact), (low, _) = fewer
     return (f"**Fewer steps or the cache?** The bottom branch (**High noise (fewer steps)**, **Low noise (fewer "
@@ -533,18 +572,18 @@ def experts_fewer_steps_note(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -
             "count whose uncached run costs as many block evaluations as its cached run. The second compare node, "
             "**Compare Images (fewer steps)**, sets it against the same uncached image: the cache earns its place "
             "where its MAE is the lower of the two. "
-            + fewer_steps_how(exact, EXPERTS_AFTER_A_RUN)
-            + same_steps_note(t.steps, high + low))
+            + fewer_steps_how(exact, labels, EXPERTS_AFTER_A_RUN)
+            + same_steps_note(t.steps, high + low, labels))
 
 
-def experts_fewer_steps_note_zh(t: FamilyTemplate, fewer: list[tuple[int, bool]]) -> str:
+def experts_fewer_steps_note_zh(t: FamilyTemplate, fewer: list[tuple[int, bool]], labels: dict) -> str:
     (high, exact), (low, _) = fewer
     return (f"**更少的步数还是缓存？** 最下面的分支（**High noise (fewer steps)**、**Low noise (fewer steps)**）不经过缓存、以 "
             f"{high + low} 步{instead_of_zh(t.steps, high + low)}采样同样的两个专家模型，高噪声模型负责第 0-{high} 步，低噪声模型从第 {high} "
             "步起：每个专家模型的步数都使其不缓存时的块计算次数与其缓存运行相同。第二个比较节点 **Compare Images (fewer steps)** 把它与同一张"
             "未缓存图像比较：缓存的 MAE 更低时，缓存才值得。"
-            + fewer_steps_how_zh(exact, EXPERTS_AFTER_A_RUN_ZH)
-            + same_steps_note_zh(t.steps, high + low))
+            + fewer_steps_how_zh(exact, labels, EXPERTS_AFTER_A_RUN_ZH)
+            + same_steps_note_zh(t.steps, high + low, labels))
 
 
 # The notes' Chinese section: the editor shows a note as it is, in one language, so each note carries both.
@@ -553,17 +592,16 @@ ZH_COMPARE = ("**Compare Images (Cache-DiT)**（可比较任意两张图片）�
               "相同图像为 100 dB）以及差异热图（黑色 = 相同）。修改 Cache-DiT 设置后再次运行：只有缓存分支会重新采样。")
 
 
-def family_graph_zh(t: FamilyTemplate) -> str:
+def family_graph_zh(t: FamilyTemplate, node: str) -> str:
     if t.low_noise:
         return ("三个分支共用两个模型、提示词、空潜空间和 **Seed** 节点；每个分支先采样高噪声模型，再采样低噪声模型（两个 KSamplerAdvanced）。"
                 "上面的分支让每个模型经过各自的 Cache-DiT DBCache 节点（**Cache-DiT (high noise)**、**Cache-DiT (low noise)**），中间的分支不经过。")
-    return ("三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **Cache-DiT DBCache (any supported DiT)** 采样，"
-            "中间的不经过。")
+    return f"三个 KSampler 共用模型、提示词、空潜空间和 **Seed** 节点；上面的经过 **{node}** 采样，中间的不经过。"
 
 
-def settings_zh(t: FamilyTemplate) -> str:
-    changed = "，".join(f"`{k}` {v}" for k, v in t.cache.items())
-    return f"节点默认值，但 {changed}" if changed else "节点默认值"
+def settings_zh(t: FamilyTemplate, labels: dict) -> str:
+    changed = "，".join(f"{quoted(labels[k], True)} {v}" for k, v in t.cache.items())
+    return f"节点默认值，但{changed}" if changed else "节点默认值"
 
 
 def audio_video_latent(nodes: list[dict], links: list[tuple], t: FamilyTemplate) -> int:
@@ -587,7 +625,7 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
     With ``template.low_noise`` (Wan 2.2 A14B) each branch samples two experts in turn with KSamplerAdvanced,
     and the cached branch has a cache node per expert."""
     t = template
-    defaults = cache_defaults(object_info, "CacheDiTDBCache")
+    defaults = cache_defaults(object_info, CACHE_NODE)
     unknown = sorted(set(t.cache) - set(defaults))
     assert not unknown, f"{name}: the cache node has no input {unknown}"
     clip_type, clip_widgets = t.text_encoder_node()
@@ -605,7 +643,7 @@ def family_compare(name: str, template: FamilyTemplate, object_info: dict) -> di
          "widgets": {**t.latent_size, **({"batch_size": 1} if "batch_size" in latent_inputs else {})}},
         {"id": 17, "type": "PrimitiveInt", "title": "Seed", "pos": [900, 680], "size": [320, 82],
          "widgets": {"value": 42, "control_after_generate": "fixed"}},
-        {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 760], "text": family_note(t, fewer, {**defaults, **t.cache})},
+        {"id": 11, "type": "MarkdownNote", "pos": [-460, 40], "size": [460, 760], "text": family_note(t, fewer, {**defaults, **t.cache}, object_info)},
     ]
     links = [(2, 0, 5, "clip")]
     latent = 7   # what the samplers start from: the empty latent, or the audio-video latent it is joined into

@@ -2,11 +2,14 @@
 
 The note's first line ("**In this graph**", and "**本工作流**" in its Chinese section) states plainly what the graph
 runs: the steps (and, for two experts in turn, where the second takes over), CFG, sampler and scheduler, the one
-Seed and its value, fixed; the cache node's preset or its DBCache settings; the fewer-steps sampler and its steps.
+Seed and its value, fixed; the cache node's preset or its DBCache settings (each by the label the editor shows it
+under: the schema's ``display_name`` in English, locales/zh ``inputs.<id>.name`` in Chinese, never the input's id);
+the fewer-steps sampler and its steps.
 Each is held here to the graph as the editor queues it (``editor_format.to_api_prompt``), and the fewer-steps count
 to the pack's own plan where the settings fix it (the Forecast node's preset: ``ForecastSettings``/``ForecastPlan``).
 The note also says which number to type into the fewer-steps sampler after a run ("as many as N steps"), names only
-nodes the graph holds (a bold name is a node's title, or the display name of an untitled node), speaks no
+nodes the graph holds (a bold name is a node's title, or the display name of an untitled node, in Chinese its
+locales/zh one), speaks no
 development words, and says whose every MAE figure is and what it rests on.
 """
 
@@ -28,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = sorted((REPO / "example_workflows").glob("*.json"))
 COMPARE = [path for path in TEMPLATES if path.stem.endswith("_compare")]
 ZH_HEADING = "### 中文说明"
+ZH_NODE_DEFS = json.loads((REPO / "locales" / "zh" / "nodeDefs.json").read_text(encoding="utf-8"))
 # Bold words of a note that are labels, not node names.
 LABELS = {"In this graph", "Fewer steps or the cache?", "Recipe", "Cache settings", "Why this preset",
           "本工作流", "更少的步数还是缓存？", "采样配方", "缓存设置", "为什么用这个预设"}
@@ -60,13 +64,32 @@ def number(text: str) -> float:
     return float(text)
 
 
-def stated_cache(text: str) -> dict:
-    """"preset `x`" / "预设 `x`", or "`name` value, ..." (joined by "，" in Chinese) as {input: value text}."""
+def input_labels(info: dict, zh: bool) -> dict[str, str]:
+    """label -> input id for a node's widgets, as the editor shows them: the schema's ``display_name`` (English; the
+    id where it has none), locales/zh ``inputs.<id>.name`` (Chinese; the English label where it has none)."""
+    english = {name: (spec[1] if len(spec) > 1 else {}).get("display_name") or name
+               for name, spec in info["input"].get("required", {}).items()}
+    zh_inputs = ZH_NODE_DEFS.get(info["name"], {}).get("inputs", {})
+    shown = {name: zh_inputs.get(name, {}).get("name") or label for name, label in english.items()} if zh else english
+    labels = {label: name for name, label in shown.items()}
+    assert len(labels) == len(shown), f"{info['name']}: two inputs share a label: {shown}"
+    return labels
+
+
+def stated_cache(text: str, labels: dict[str, str]) -> dict:
+    """"preset `x`" / "预设 `x`", or '"label" value, ...' ('“label” value，...' in Chinese) as {input id: value text};
+    ``labels``: label -> input id (``input_labels``)."""
     preset = re.fullmatch(r"(?:preset|预设) `(\w+)`", text)
     if preset:
         return {"preset": preset.group(1)}
     pairs = re.split(r", |，", text)
-    stated = dict(re.fullmatch(r"`(\w+)` (\S+)", pair).groups() for pair in pairs)
+    stated = {}
+    for pair in pairs:
+        match = re.fullmatch(r'(?:"([^"]+)"|“([^”]+)”) (\S+)', pair)
+        assert match, f"not '\"label\" value': {pair!r} in {text!r}"
+        label = match.group(1) or match.group(2)
+        assert label in labels, f"{label!r} is no label the editor shows: {sorted(labels)}"
+        stated[labels[label]] = match.group(3)
     assert len(stated) == len(pairs), text
     return stated
 
@@ -102,13 +125,19 @@ def graph_facts(workflow: dict, object_info: dict) -> dict:
         "cfg": first["cfg"], "sampler": first["sampler_name"], "scheduler": first["scheduler"],
         "seed": seed["widgets_values"][0], "control": seed["widgets_values"][1],
         "cache_types": {node["class_type"] for node in prompt.values() if node["class_type"] in CACHE_NODES},
+        "cache_info": object_info[caches_type(prompt)],
         "cache": settings[0],
         "fewer": fewer[0]["steps"], "fewer_split": fewer[0].get("end_at_step") if len(fewer) > 1 else None,
         "fewer_titles": [titles[n] for n in branches["fewer"]],
     }
 
 
-def check_line(match: re.Match | None, facts: dict, where: str):
+def caches_type(prompt: dict) -> str:
+    (cache_type,) = {node["class_type"] for node in prompt.values() if node["class_type"] in CACHE_NODES}
+    return cache_type
+
+
+def check_line(match: re.Match | None, facts: dict, where: str, zh: bool = False):
     assert match, f"{where}: the note's first line states what the graph runs"
     stated = match.groupdict()
     assert int(stated["steps"]) == facts["steps"], (where, stated["steps"], facts["steps"])
@@ -116,7 +145,7 @@ def check_line(match: re.Match | None, facts: dict, where: str):
     assert number(stated["cfg"]) == facts["cfg"], (where, stated["cfg"], facts["cfg"])
     assert (stated["sampler"], stated["scheduler"]) == (facts["sampler"], facts["scheduler"]), where
     assert int(stated["seed"]) == facts["seed"] and facts["control"] == "fixed", (where, stated["seed"], facts)
-    cache = stated_cache(stated["cache"])
+    cache = stated_cache(stated["cache"], input_labels(facts["cache_info"], zh))
     if "preset" in cache:
         assert facts["cache_types"] == {"CacheDiTSpectrum"} and facts["cache"] == cache, (where, cache, facts)
     else:
@@ -135,7 +164,7 @@ def test_a_compare_note_states_what_its_graph_runs(path, object_info):
     english, chinese = split_note(note)
     facts = graph_facts(workflow, object_info)
     check_line(EN_LINE.search(english), facts, f"{path.name} (English)")
-    check_line(ZH_LINE.search(chinese), facts, f"{path.name} (Chinese)")
+    check_line(ZH_LINE.search(chinese), facts, f"{path.name} (Chinese)", zh=True)
     # The fewer-steps paragraph says the same count, "at N steps", in both languages.
     assert re.search(rf"\*\*Fewer steps or the cache\?\*\*[^\n]*? at {facts['fewer']} steps", english), path.name
     assert re.search(rf"更少的步数还是缓存？\*\*[^\n]*?以 {facts['fewer']} 步", chinese), path.name
@@ -166,11 +195,21 @@ def test_a_forecast_templates_fewer_steps_are_what_its_preset_computes(path, obj
 def test_a_note_names_only_nodes_its_graph_holds(path, object_info):
     workflow = json.loads(path.read_text())
     names = {node["title"] for node in workflow["nodes"] if node.get("title")}
-    names |= {object_info[node["type"]]["display_name"] for node in workflow["nodes"]
-              if not node.get("title") and node["type"] not in UI_ONLY_TYPES}
+    untitled = [node["type"] for node in workflow["nodes"] if not node.get("title") and node["type"] not in UI_ONLY_TYPES]
+    names |= {object_info[node_type]["display_name"] for node_type in untitled}
+    names |= {ZH_NODE_DEFS[node_type]["display_name"] for node_type in untitled if node_type in ZH_NODE_DEFS}
     for note in notes(workflow):
         named = set(re.findall(r"\*\*(.+?)\*\*", note)) - LABELS
         assert named <= names, f"{path.name}: the note names {sorted(named - names)}, not in the graph {sorted(names)}"
+
+
+@pytest.mark.parametrize("path", TEMPLATES, ids=lambda path: path.stem)
+def test_a_note_names_the_cache_inputs_by_their_labels(path, object_info):
+    """The editor shows the DBCache node's inputs by their labels, so a note names them so, never by `id`."""
+    ids = set(object_info["CacheDiTDBCache"]["input"]["required"]) - {"model"}
+    for note in notes(json.loads(path.read_text())):
+        named = sorted(name for name in re.findall(r"`(\w+)`", note) if name in ids)
+        assert not named, f"{path.name}: the note names inputs by id, not by label: {named}"
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda path: path.stem)
