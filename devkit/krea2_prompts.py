@@ -68,11 +68,13 @@ FORECAST_CUSTOM_DEFAULTS = {"forecast": "spectrum", "chebyshev_degree": 4, "ridg
 
 def with_forecast(prompt: dict, preset: str = "turbo_5_of_8", **custom) -> dict:
     """The cache node "5" replaced by the whole-call forecasting node on the same model: a named
-    ``preset``, or ``preset="custom"`` with ``custom`` over ``FORECAST_CUSTOM_DEFAULTS`` (the API
-    format of a dynamic combo: the chosen key, and its inputs as ``preset.<name>``)."""
+    ``preset``, ``preset="custom"`` with ``custom`` over ``FORECAST_CUSTOM_DEFAULTS``, or ``preset="auto"`` with
+    its ``speedup`` (the API format of a dynamic combo: the chosen key, and its inputs as ``preset.<name>``)."""
     inputs = {"model": prompt["5"]["inputs"]["model"], "preset": preset}
     if preset == "custom":
         inputs.update({f"preset.{name}": value for name, value in {**FORECAST_CUSTOM_DEFAULTS, **custom}.items()})
+    elif preset == "auto":   # its one input, ``speedup`` (``custom``: {"speedup": x}; none: the node's default)
+        inputs.update({f"preset.{name}": value for name, value in custom.items()})
     prompt["5"] = {"class_type": FORECAST_NODE, "inputs": inputs}
     return prompt
 

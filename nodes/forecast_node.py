@@ -12,6 +12,7 @@ from comfy_api.latest import io
 from ..adapters.families.registry import FORECAST_SCOPE
 from ..adapters.forecast.feature_forecast import FORECASTS, TARGETS, Forecaster
 from ..adapters.forecast.forecast_schedule import ForecastSchedule
+from ..adapters.forecast.auto_schedule import AUTO, DEFAULT_SPEEDUP, MAX_SPEEDUP
 from ..adapters.forecast.forecast_settings import CUSTOM, PRESETS, ForecastSettings
 from ..adapters.methods import FORECAST
 from .cache_node import CATEGORY
@@ -62,14 +63,22 @@ def _custom_inputs() -> list[io.Input]:
     ]
 
 
+def _auto_inputs() -> list[io.Input]:
+    return [io.Float.Input("speedup", default=DEFAULT_SPEEDUP, min=1.0, max=MAX_SPEEDUP, step=0.5, tooltip=(
+        "How many times fewer model calls than steps: 4 at 52 steps computes 13. The plan spreads them over the "
+        "run's own steps and forecasts the rest; the node shows what it computed."))]
+
+
 PRESET_TOOLTIP = (
-    "Which forecast and schedule run: turbo_* for 8 steps, raw_* for about 50 steps, spectrum_paper* as "
-    "published, custom shows every setting. The help page says what each computes.")
+    "Which forecast and schedule run: auto plans the run for the speedup you set; turbo_* for 8 steps, raw_* "
+    "for about 50 steps, spectrum_paper* as published, custom shows every setting. The help page says more.")
 
 
 def settings_from(preset: dict) -> ForecastSettings:
     """The node's ``preset`` input (the chosen key and, for ``custom``, its inputs) as settings."""
     name = preset["preset"]
+    if name == AUTO:
+        return ForecastSettings.auto(preset["speedup"])
     if name != CUSTOM:
         return ForecastSettings.from_preset(name)
     forecast = Forecaster(preset["forecast"], preset["chebyshev_degree"], preset["ridge_lambda"],
@@ -86,6 +95,7 @@ class CacheDiTSpectrum(io.ComfyNode):
     def define_schema(cls) -> io.Schema:
         families = ", ".join(dict.fromkeys(f.model for f in cls.SCOPE.families))
         options = [io.DynamicCombo.Option(name, []) for name in PRESETS]
+        options.append(io.DynamicCombo.Option(AUTO, _auto_inputs()))
         options.append(io.DynamicCombo.Option(CUSTOM, _custom_inputs()))
         return io.Schema(
             node_id="CacheDiTSpectrum",

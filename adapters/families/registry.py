@@ -102,6 +102,9 @@ class TransformerFamily:
     # The final layer's parameter that takes the feature (its forward's name for it): the forecast reads and
     # replaces the feature by this name, wherever the loop passes it (``final_layer_contract``).
     final_feature: str | None = None
+    # Whether the final layer returns one tensor, the model's prediction, so its output can be forecast
+    # (``Forecaster.target`` "output"); MiniMax H3's returns the video and the audio apart.
+    final_output_forecast: bool = True
     # Where each block's modulation is its own slice of one table (None: the loop hands every block the same).
     modulation: BlockModulation | None = None
     # Attributes of the transformer listing block indices its loop skips (Chroma's ``skip_mmdit``,
@@ -262,6 +265,7 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         loop_patches=("patches_replace.dit",),
         final_layer="final_layer",
         final_feature="x",
+        final_output_forecast=False,
     ),
     # LTXV (LTX-Video 0.9.x, ComfyUI's ``LTXVModel``): one list of blocks that take the video tokens
     # first and the rest by keyword (``block(x, context=..., timestep=..., pe=..., ...)``), add into

@@ -192,14 +192,15 @@ class FeatureHistory:
             self._xth[basis].add_(difference, alpha=value)
 
     @torch.no_grad()
-    def forecast(self, step: int) -> torch.Tensor:
-        """The feature at ``step`` (``ready`` must hold), in the computed features' dtype."""
+    def forecast(self, step: int, share: float | None = None) -> torch.Tensor:
+        """The feature at ``step`` (``ready`` must hold), in the computed features' dtype; ``share``: the local
+        extrapolation's share for this step, where a plan sets it per step (else the settings' ``extrapolation``)."""
         if not self.settings.uses_fit:
-            return self._local(step).to(self._dtype)
+            return self._local(step, share).to(self._dtype)
         spectral = self._chebyshev(step)
         if not self.settings.uses_local:
             return spectral.to(self._dtype)
-        return torch.lerp(self._local(step), spectral, self.settings.blend_w).to(self._dtype)
+        return torch.lerp(self._local(step, share), spectral, self.settings.blend_w).to(self._dtype)
 
     def _chebyshev(self, step: int) -> torch.Tensor:
         bases = self.settings.chebyshev_degree + 1
@@ -213,9 +214,9 @@ class FeatureHistory:
             forecast.add_(self._xth[basis].to(computing), alpha=weight)
         return forecast
 
-    def _local(self, step: int) -> torch.Tensor:
+    def _local(self, step: int, share: float | None = None) -> torch.Tensor:
         """Newton's backward-difference extrapolation from the last computed steps, in units of their last
-        spacing, ``extrapolation`` of the way; with one computed step, that step held."""
+        spacing, ``share`` (else ``extrapolation``) of the way; with one computed step, that step held."""
         points = [(s, feature.to(torch.promote_types(feature.dtype, torch.float32))) for s, feature in self._recent]
         last_step, last = points[-1]
         if len(points) < 2:
@@ -227,4 +228,4 @@ class FeatureHistory:
         if self.settings.local_order >= 2 and len(points) >= 3:
             second = difference - (before - points[-3][1])
             change = change + 0.5 * k * (k + 1.0) * second
-        return last + self.settings.extrapolation * change
+        return last + (self.settings.extrapolation if share is None else share) * change

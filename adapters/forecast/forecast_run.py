@@ -170,7 +170,7 @@ class ForecastRun(SamplingRun):
         reason = self._reason(step, stream) if routed else None
         if reason is not None and self._vote is not None and not self._vote(reason == FORECAST, 0):
             reason = OTHER_DEVICE if reason == FORECAST else reason
-        forecast = stream.history.forecast(step) if reason == FORECAST else None
+        forecast = stream.history.forecast(step, self.plan.share_at(step)) if reason == FORECAST else None
         self.counter.begin()
         self.seam.begin(forecast)
         work = CallWork(skipped=forecast is not None)

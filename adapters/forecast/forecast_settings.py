@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .auto_schedule import AUTO, AutoSchedule
 from .feature_forecast import Forecaster
 from .forecast_schedule import ForecastSchedule
 
@@ -65,7 +66,9 @@ PRESETS: dict[str, Preset] = {
     "spectrum_paper_fast": Preset(Forecaster("spectrum", 4, 0.1, 1.0), ForecastSchedule(5, 2.0, 3.0, 0),
                                   "Spectrum as published, alpha 3 (50 steps: 10 computed)"),
 }
-PRESET_NAMES = (*PRESETS, CUSTOM)
+# ``auto``: the model's output forecast along its trend, the share per gap from the run's sigmas (auto_schedule).
+AUTO_FORECAST = Forecaster("linear", target="output")
+PRESET_NAMES = (*PRESETS, AUTO, CUSTOM)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +77,18 @@ class ForecastSettings:
 
     preset: str
     forecast: Forecaster
-    schedule: ForecastSchedule
+    schedule: ForecastSchedule | AutoSchedule
+
+    @classmethod
+    def auto(cls, speedup: float) -> "ForecastSettings":
+        return cls(AUTO, AUTO_FORECAST, AutoSchedule(speedup))
+
+    def for_family(self, family) -> "ForecastSettings":
+        """What runs on ``family``: ``auto`` forecasts the feature where the final layer's output cannot be
+        (``final_output_forecast``); every other setting runs as set."""
+        if self.preset != AUTO or family.final_output_forecast:
+            return self
+        return dataclasses.replace(self, forecast=dataclasses.replace(self.forecast, target="feature"))
 
     @classmethod
     def from_preset(cls, name: str) -> "ForecastSettings":
@@ -92,6 +106,10 @@ class ForecastPlan:
     mask: tuple[int, ...]
     warnings: tuple[str, ...] = ()
     mask_name: str = "forecast schedule"
+    shares: tuple[float, ...] | None = None   # a plan's extrapolation share per step; None: the forecaster's
+
+    def share_at(self, step: int) -> float | None:
+        return None if self.shares is None or step >= len(self.shares) else self.shares[step]
 
     def record_parts(self, observations, streams: list[dict]) -> dict:
         """Nothing of the record is the forecast's own beyond ``method`` (no threshold, no calibrator)."""
@@ -106,22 +124,33 @@ class ForecastPlan:
     def method_summary(self) -> dict:
         """The method as the record shows it: its name and what it ran with."""
         forecast, schedule = self.settings.forecast, self.settings.schedule
-        return {"name": "forecast", "preset": self.settings.preset,
-                **dataclasses.asdict(forecast), **dataclasses.asdict(schedule),
-                "computed_steps": [step for step, computed in enumerate(self.mask) if computed]}
+        computed = [step for step, on in enumerate(self.mask) if on]
+        summary = {"name": "forecast", "preset": self.settings.preset,
+                   **dataclasses.asdict(forecast), **dataclasses.asdict(schedule), "computed_steps": computed}
+        if self.shares is not None:   # the share each gap's forecast went, in the order of the gaps
+            summary["gap_shares"] = [round(self.shares[start + 1], 3)
+                                     for start, end in zip(computed, computed[1:] + [self.steps]) if end > start + 1]
+        return summary
 
     def method_text(self, parts: dict) -> str:
         """The log line's words for what ran besides the counts: the forecast, its share and target where they are
         not the defaults, and the preset: "forecast linear (extrapolation 0.7, target output) (preset custom)" (the
         panel says it alike, web/krea2_cachedit.js)."""
-        forecast = self.settings.forecast
+        forecast, preset = self.settings.forecast, self.settings.preset
         shown = ([f"extrapolation {forecast.extrapolation:g}"] if forecast.extrapolation != 1.0 else []) + \
             ([f"target {forecast.target}"] if forecast.target != "feature" else [])
-        return (f"forecast {forecast.forecast}" + (f" ({', '.join(shown)})" if shown else "") +
-                f" (preset {self.settings.preset})")
+        if self.shares is not None:
+            shown = [f"target {forecast.target}", "share per gap " + "/".join(f"{s:g}" for s in
+                                                                          self.method_summary()["gap_shares"])]
+        if preset == AUTO:
+            preset = f"auto, speedup {self.settings.schedule.speedup:g}"
+        return (f"forecast {forecast.forecast}" + (f" ({', '.join(shown)})" if shown else "") + f" (preset {preset})")
 
 
-def plan_forecast_run(settings: ForecastSettings, steps: int) -> ForecastPlan:
+def plan_forecast_run(settings: ForecastSettings, steps: int, sigmas=None) -> ForecastPlan:
+    """The run's plan; a schedule that sets the share per step (``auto``) reads it from the run's sigmas."""
     if steps < 1:
         raise ValueError("a sampling run needs at least one step")
-    return ForecastPlan(steps, settings, tuple(int(c) for c in settings.schedule.computed(steps)))
+    shares = settings.schedule.shares(steps, sigmas) if hasattr(settings.schedule, "shares") else None
+    return ForecastPlan(steps, settings, tuple(int(c) for c in settings.schedule.computed(steps)),
+                        shares=None if shares is None else tuple(shares))

@@ -18,7 +18,7 @@ checking every output the family's graph saves (LTX-2's and MiniMax H3's video a
 - TorchCompileModel before (and after) the node caches the same steps, close to eager;
 - two devices (ComfyUI's multi-GPU CFG split): caching off bit-identical, the mask cached on both, per list;
 - the Forecast node: its preset's steps forecast in each CFG layout, a forecast call running no block, and
-  forecasting nothing bit-identical to no node; or its refusal, naming why.
+  forecasting nothing bit-identical to no node; its ``auto`` plan in one layout; or its refusal, naming why.
 
 Each family's server is conftest's session fixture its spec names (one per session, shared with the other test
 files); the runs several scenarios compare with (the mask at CFG 1, the graph without the node) are made once per
@@ -37,6 +37,7 @@ from family_harness import HARNESSES, MASKS, FamilyHarness
 from helpers import (EASYCACHE, FAST, OFF, check_left_to_easycache, check_one_stream_per_device,
                      check_threshold_caching, insert_after_loader, write_native_lora)
 from devkit.krea2_prompts import with_forecast, with_lora
+from krea2_cachedit.adapters.families.registry import SUPPORTED
 from record_checks import FORECAST_NOTHING, blocks_seen, check_forecast_layout, check_two_evaluation_record, with_probe
 
 pytestmark = pytest.mark.comfyui
@@ -342,6 +343,24 @@ def test_the_spectrum_node_forecasts_its_presets_steps(server, harness, layout):
     outputs, record = harness.run(server, with_forecast(harness.prompt(layout, cache={}, steps=8,
                                                                        prefix=f"spectrum_{layout}")))
     check_forecast_layout(record, harness.family, layout)
+    assert finite(outputs)
+
+
+@pytest.mark.parametrize("harness", having(lambda harness: harness.spectrum))
+def test_the_auto_plan_forecasts_between_its_computed_steps(server, harness):
+    """``auto`` at speedup 2 over 8 steps: steps 0, 2, 4 and 6 computed, the others forecast, in the family's most
+    demanding layout it forecasts in (split where it can: a plan per stream). The run is the presets' (the
+    scenario above, every layout); only the plan is ``auto``'s."""
+    layout = "split" if "split" in harness.spectrum else harness.spectrum[0]
+    outputs, record = harness.run(server, with_forecast(harness.prompt(layout, cache={}, steps=8,
+                                                                       prefix=f"auto_{layout}"), "auto", speedup=2.0))
+    method = record["method"]
+    assert (method.get("preset"), method.get("computed_steps")) == ("auto", [0, 2, 4, 6]), (record["status"],
+                                                                                          record["warnings"])
+    assert record["cfg_mode"] == layout and len(method["gap_shares"]) == 4
+    (family,) = [f for f in SUPPORTED if f.name == record["model"]]   # the output where the final layer gives one
+    assert method["target"] == ("output" if family.final_output_forecast else "feature")
+    assert all(stream["forecast_steps"] == [1, 3, 5, 7] for stream in record["streams"]), record["streams"]
     assert finite(outputs)
 
 

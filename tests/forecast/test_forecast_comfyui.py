@@ -181,3 +181,24 @@ def test_the_stats_route_and_event_carry_the_forecast_run(comfy_server):
     assert "Cache-DiT Forecast [node 5]: forecast steps 3/8" in log
     saved = f"{record['block_evals_uncached'] - record['block_evals']}/{record['block_evals_uncached']}"
     assert f"saved {saved} ({record['blocks_saved']:.0%}), 5 of 8 calls computed: as many as 5 steps, CFG 1" in log
+
+
+def test_auto_plans_the_run_from_the_speedup_and_the_record_says_the_plan(comfy_server):
+    """speedup 4 at 8 steps: steps 0 and 4 computed (2 calls, as many as 2 steps), the run's own sigmas deciding
+    each gap's share; the record and the log line say the plan."""
+    prompt = forecast_prompt("krea2", "auto", {"speedup": 4.0}, cfg=1.0, seed=93, prefix="f_auto")
+    _, [record] = comfy_server.run_with_stats(prompt)
+    method = record["method"]
+    assert (method["preset"], method["speedup"], method["computed_steps"]) == ("auto", 4.0, [0, 4])
+    assert len(method["gap_shares"]) == 2 and method["gap_shares"][0] == 0.0
+    assert record["skipped_steps"] == [1, 2, 3, 5, 6, 7]
+    log = comfy_server.log_text()
+    assert "2 of 8 calls computed: as many as 2 steps" in log and "(preset auto, speedup 4)" in log
+
+
+@pytest.mark.parametrize("speedup", [0.5, 51.0])
+def test_a_speedup_out_of_bounds_is_refused_at_queue_time_naming_it(comfy_server, speedup):
+    answer, text = comfy_server.refusal(forecast_prompt("krea2", "auto", {"speedup": speedup}))
+    errors = answer["node_errors"]["5"]["errors"]
+    assert errors and all("speedup" in e["details"] for e in errors), errors
+    run_ok(comfy_server, forecast_prompt("krea2", "auto", {"speedup": 2.0}, seed=94, prefix="f_auto_after"))

@@ -79,7 +79,8 @@ def open_run(transformer, settings: DBCacheSettings | ForecastSettings, conds_pe
     target = registry.resolve(transformer)
     clock = StepClock(SIGMAS)
     if isinstance(settings, ForecastSettings):
-        return ForecastRun(target, plan_forecast_run(settings, clock.steps), clock, conds_per_step, node_name=NODE)
+        return ForecastRun(target, plan_forecast_run(settings, clock.steps, clock.sigmas), clock, conds_per_step,
+                           node_name=NODE)
     return CacheRun(target, plan_run(settings, clock.steps, target.num_blocks, NODE), clock, conds_per_step,
                     node_name=NODE)
 

@@ -1,0 +1,74 @@
+"""The Forecast node's ``auto`` plan: the speed a user asks for, laid out on the run's own steps and sigmas.
+
+A run of ``steps`` steps at ``speedup`` computes ``calls`` of them, the most that still reach the speedup
+(``steps // speedup``, at least one), spread evenly from the first step: the steps a run of ``calls`` steps on
+the same sigmas computes (for ComfyUI's ``simple`` scheduler, whenever ``calls`` divides ``steps``, exactly the
+shorter run's own). Between them the model's output is forecast from the last two computed steps, a share of
+the way their trend points. At share 0 a forecast step reuses the last computed output, and an Euler step of a
+held prediction is linear in sigma: the run is then exactly that shorter run. So the plan's space holds fewer
+steps, and the shares are what it adds past them.
+
+The share is set per gap from the sigma the gap spans (a share of the run's whole sigma range): a short gap
+follows its trend in full, a long one holds, and the ones between go part of the way (``SHARE_RAMP``). A
+trend fitted on two steps far apart in sigma points nowhere near where the model goes next: on the trained
+test model, extrapolating every gap in full lost to fewer steps at 3 and 4 calls of 20 and 28 steps, while
+holding the long gaps beat it (docs/benchmarks.md, "Forecast auto").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+AUTO = "auto"
+DEFAULT_SPEEDUP = 2.0
+MAX_SPEEDUP = 50.0
+# (full, hold): a gap spanning at most ``full`` of the run's sigma range is forecast in full, one spanning
+# ``hold`` or more holds the last computed output, linearly between.
+SHARE_RAMP = (0.25, 0.5)
+
+
+def auto_calls(steps: int, speedup: float) -> int:
+    """The model calls a run of ``steps`` computes at ``speedup``: the most whose speedup reaches it."""
+    return max(1, min(steps, math.floor(steps / speedup + 1e-9)))
+
+
+def gap_share(span: float, ramp: tuple[float, float] = SHARE_RAMP) -> float:
+    """How far a gap spanning ``span`` of the run's sigma range follows its trend (1 in full, 0 holds)."""
+    full, hold = ramp
+    return min(1.0, max(0.0, (hold - span) / (hold - full)))
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoSchedule:
+    """What ``ForecastRun`` asks of a schedule (the computed steps; no warmup or final steps of its own), and
+    the share of each forecast step, from the run's sigmas."""
+
+    speedup: float = DEFAULT_SPEEDUP
+
+    def __post_init__(self):
+        if not (math.isfinite(self.speedup) and 1.0 <= self.speedup <= MAX_SPEEDUP):
+            raise ValueError(f"speedup must be from 1 (every step computed) to {MAX_SPEEDUP:g}, got {self.speedup}")
+
+    warmup_steps = 0            # every computed step is the plan's own, the first among them
+    final_computed_steps = 0
+
+    def computed(self, steps: int) -> list[bool]:
+        calls = auto_calls(steps, self.speedup)
+        chosen = {round(call * steps / calls) for call in range(calls)}
+        return [step in chosen for step in range(steps)]
+
+    def shares(self, steps: int, sigmas=None) -> list[float]:
+        """Per step, the share its forecast goes (a computed step's is never read). The first gap holds: one
+        computed step gives no trend. Without the run's sigmas (a plan asked outside a run) they are taken
+        as evenly spaced."""
+        if sigmas is None or len(sigmas) <= steps:
+            sigmas = [1.0 - step / steps for step in range(steps + 1)]
+        sigmas = [float(s) for s in sigmas]
+        run_range = abs(sigmas[0] - sigmas[steps]) or 1.0
+        starts = [step for step, computed in enumerate(self.computed(steps)) if computed] + [steps]
+        shares = [0.0] * steps
+        for gap, (start, end) in enumerate(zip(starts, starts[1:])):
+            share = gap_share(abs(sigmas[start] - sigmas[end]) / run_range) if gap else 0.0
+            shares[start + 1:end] = [share] * (end - start - 1)
+        return shares
