@@ -188,6 +188,15 @@ class Sampled:
         return self.outputs if forecast.target == "output" else self.features
 
 
+def node_preset(settings: ForecastSettings) -> dict:
+    """The Forecast node's ``preset`` input that runs ``settings``: the name, with its inputs where it has any."""
+    if settings.preset == "custom":
+        return {"preset": "custom", **dataclasses.asdict(settings.forecast), **dataclasses.asdict(settings.schedule)}
+    if settings.preset == "auto":
+        return {"preset": "auto", "speedup": settings.schedule.speedup}
+    return {"preset": settings.preset}
+
+
 class ProxySampler:
     """The proxy in ComfyUI, in this process: the peer benchmark's graph (class conditioning, zeroed negative,
     128x128 euler/simple) sampled uncached or through the forecasting node."""
@@ -241,9 +250,7 @@ class ProxySampler:
             hooks = [self.final_layer.register_forward_pre_hook(lambda module, args: features.append(args[0].detach().clone())),
                      self.final_layer.register_forward_hook(lambda module, args, out: outputs.append(out.detach().clone()))]
         else:
-            model = self.node.execute(self.model, {"preset": settings.preset} if settings.preset != "custom" else
-                                      {"preset": "custom", **dataclasses.asdict(settings.forecast),
-                                       **dataclasses.asdict(settings.schedule)}).args[0]
+            model = self.node.execute(self.model, node_preset(settings)).args[0]
         try:
             out = comfy.sample.sample(model, noise, steps, cfg, "euler", "simple", positive, negative, latent,
                                       disable_pbar=True, seed=image[1], callback=callback)
