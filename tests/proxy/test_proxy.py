@@ -296,7 +296,7 @@ def test_the_compare_template_runs_on_the_proxy(proxy_server, proxy):
     workflow = json.loads((REPO_ROOT / "example_workflows" / "krea2_turbo_compare.json").read_text())
     prompt = example_prompt_on_proxy(workflow, proxy_server.get("/object_info"), label=5, prefix="proxy_compare",
                                      codec=proxy.checkpoint.parent / CODEC_NAME, model=TURBO_PROXY_MODEL)
-    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "Krea2CacheDiT"]
+    (cache_id,) = [n for n, node in prompt.items() if node["class_type"] == "CacheDiTDBCache"]
     entry, [record] = proxy_server.run_with_stats(prompt, node_id=cache_id)
     assert cached_count(record) >= 1, record["residual_diffs"]
     saved = saved_images(proxy_server, prompt, entry)
