@@ -103,14 +103,16 @@ const byWord = (word, keys) => keys[word] ?? keys.cached;
 
 // "Forecast: spectrum (m 4, lambda 0.1, w 1) · preset turbo_5_of_8" (m, lambda, w: the inputs' symbols); a share
 // of the extrapolation and a target other than the defaults by their inputs' names, as the log line says them:
-// "linear (extrapolation 0.7, target output)".
+// "linear (extrapolation 0.7, target output)"; auto's plan as "linear (target output, share per gap 0/1/1/1) ·
+// preset auto, speedup 2".
 function forecastText(method) {
   const parts = method.forecast === "spectrum"
     ? [`m ${method.chebyshev_degree}`, `lambda ${method.ridge_lambda}`, `w ${method.blend_w}`] : [];
   if ((method.extrapolation ?? 1) !== 1) parts.push(`extrapolation ${method.extrapolation}`);
   if ((method.target ?? "feature") !== "feature") parts.push(`target ${method.target}`);
-  return t("forecast", { forecaster: `${method.forecast}${parts.length ? ` (${parts.join(", ")})` : ""}`,
-    preset: method.preset });
+  if (method.gap_shares) parts.push(`share per gap ${method.gap_shares.join("/")}`);   // auto's plan, gap by gap
+  const preset = method.speedup === undefined ? method.preset : `${method.preset}, speedup ${method.speedup}`;
+  return t("forecast", { forecaster: `${method.forecast}${parts.length ? ` (${parts.join(", ")})` : ""}`, preset });
 }
 
 function svg(tag, attrs) {

@@ -279,6 +279,21 @@ def test_the_forecast_node_shows_forecast_steps_where_the_cache_nodes_show_cache
     assert result["after_reload"]["text"] == live["text"]
 
 
+def test_the_forecast_panel_shows_the_auto_plan_as_the_log_line_says_it(browser_tools, editor_server, tmp_path):
+    """``auto`` at speedup 2 (a saved workflow holds the preset and its input): the panel names the plan, each
+    gap's share and the speedup, in the log line's words."""
+    workflow = ui_workflow(seed=random.SystemRandom().randrange(1, 2**31), node_type="CacheDiTSpectrum",
+                           widgets=["auto", 2.0])
+    result = drive_editor(browser_tools, editor_server, workflow, tmp_path, "auto")
+    [record] = editor_server.stats_for(result["queued_prompt_ids"]["A"][0], str(CACHE_NODE_ID))
+    method = record["method"]
+    assert (method["preset"], method["speedup"], method["computed_steps"]) == ("auto", 2.0, [0, 2, 4, 6]), method
+    shares = "/".join(f"{share:g}" for share in method["gap_shares"])
+    expected = f"Forecast: linear (target output, share per gap {shares}) · preset auto, speedup 2"
+    assert result["live"]["forecast"] == expected, result["live"]["forecast"]
+    assert f"(target output, share per gap {shares}) (preset auto, speedup 2)" in editor_server.log_text()
+
+
 def two_device_workflow(seed: int) -> dict:
     """``ui_workflow`` at CFG 3.5 with ``Krea2TestMultiGPU`` (a second device key on the CPU) before the node."""
     workflow = ui_workflow(seed=seed, cache=RUN_CACHE)
