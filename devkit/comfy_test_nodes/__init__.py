@@ -40,6 +40,8 @@
   (``audio_video.py``): for LTX-2, whose loop hands its blocks a (video, audio) pair;
 - ``Krea2TestModelWatch`` (``model_watch.py``): weak references to a model and its modules, read
   back with the pack's module-level registries by a route, to check that a model that ran is freed.
+- ``Krea2TestSizedUNETLoader`` (``sized_loader.py``): a diffusion model ComfyUI detects at one size only
+  (ERNIE-Image), built as ``UNETLoader`` builds it at the size its test checkpoint's metadata says;
 - ``Krea2TestLoopDrift`` (``loop_drift.py``): ComfyUI's model code of Krea-2, Flux or MiniMax H3 changed for
   one sampling run (its loop, a block or the final layer), as an upstream update might;
 - ``Krea2TestFinalLayerProbe``: per model call, the first block's output and the final layer's input
@@ -67,6 +69,7 @@ from .loop_drift import LOOP_DRIFT_NODES
 from .measurement import register as register_measurement_routes
 from .model_watch import Krea2TestModelWatch
 from .model_watch import register as register_model_watch_route
+from .sized_loader import NODE_CLASS_MAPPINGS as SIZED_LOADER_NODES
 
 
 class Krea2TestConditioning:
@@ -497,7 +500,7 @@ NODE_CLASS_MAPPINGS = {"Krea2TestConditioning": Krea2TestConditioning, "Krea2Tes
                        "Krea2TestModelFunctionWrapper": Krea2TestModelFunctionWrapper,
                        "Krea2TestLatentBytes": Krea2TestLatentBytes,
                        "Krea2TestModelWatch": Krea2TestModelWatch, **AUDIO_VIDEO_NODES,
-                       **LOOP_DRIFT_NODES}
+                       **LOOP_DRIFT_NODES, **SIZED_LOADER_NODES}
 
 register_measurement_routes(PromptServer.instance.routes)
 register_model_watch_route(PromptServer.instance.routes)
