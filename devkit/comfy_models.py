@@ -295,3 +295,51 @@ def make_minimax_h3_checkpoint(comfy_root: Path, path: Path, seed: int = 0) -> P
 
 # LTX-2 last: a checkpoint's seed is its key's place in ``FAMILY_MODELS`` (built by ``make_family_checkpoint``).
 FAMILY_MODELS["ltx2"] = "ltx2_tiny.safetensors"
+
+
+# ERNIE-Image, narrow: ComfyUI 0.33 detects it by its keys but builds it at its full 8B config whatever the file
+# holds, so the file carries its size in its metadata (``ERNIE_IMAGE_CONFIG``), which the test node pack's
+# ``Krea2TestSizedUNETLoader`` builds it at: width 128 (one head of 128, the real rope's 32 + 48 + 48), 4 blocks, the
+# real 128 latent channels at patch 1 (Flux.2's latent), a text width of 64.
+ERNIE_IMAGE_CONFIG = dict(hidden_size=128, num_attention_heads=1, num_layers=4, ffn_hidden_size=256,
+                          in_channels=128, out_channels=128, patch_size=1, text_in_dim=64)
+_ERNIE_IMAGE_SCRIPT = """
+import json, sys
+config, seed, out_path = json.loads(sys.argv[-3]), int(sys.argv[-2]), sys.argv[-1]
+sys.argv = ["make_ernie_image", "--cpu"]
+import comfy.options
+comfy.options.enable_args_parsing()
+import comfy.cli_args, comfy.model_detection, comfy.ops, torch
+from safetensors.torch import save_file
+from comfy.ldm.ernie.model import ErnieImageModel
+
+model = ErnieImageModel(device="meta", operations=comfy.ops.disable_weight_init, **config)
+generator = torch.Generator().manual_seed(seed)
+state = {}
+for name, tensor in model.state_dict().items():
+    shape = tuple(tensor.shape)
+    if "norm" in name and len(shape) == 1:
+        value = 1.0 + 0.1 * torch.randn(shape, generator=generator)
+    else:
+        fan_in = max(1, int(torch.tensor(shape[1:]).prod())) if len(shape) > 1 else shape[-1]
+        value = torch.randn(shape, generator=generator) / fan_in ** 0.5
+    if name.startswith("adaLN_modulation."):
+        # As in trained weights, the step modulates the blocks around a fixed gate, not from zero: otherwise each
+        # step's residual changes by more than itself, where cache-dit's threshold cannot decide.
+        value = value * 0.1 if name.endswith("weight") else value + 1.0
+    state[name] = value
+detected = comfy.model_detection.model_config_from_unet(state, "")
+assert type(detected).__name__ == "ErnieImage", f"ComfyUI detects {type(detected).__name__}, not ErnieImage"
+save_file(state, out_path, metadata={"krea2_test_unet_config": json.dumps(config)})
+"""
+
+FAMILY_MODELS["ernie_image"] = "ernie_image_tiny.safetensors"
+
+
+def make_ernie_image_checkpoint(comfy_root: Path, path: Path, seed: int = 0) -> Path:
+    """A seeded-random ERNIE-Image of ``ERNIE_IMAGE_CONFIG``, in ComfyUI's native key format, its config in its
+    metadata (load it with ``Krea2TestSizedUNETLoader``)."""
+    import json
+
+    return _generated(comfy_root, path, f"ernie_image-s{seed}", _ERNIE_IMAGE_SCRIPT,
+                      json.dumps(ERNIE_IMAGE_CONFIG, sort_keys=True), str(seed))

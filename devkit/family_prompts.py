@@ -37,6 +37,9 @@ class FamilySpec:
     server: str = "family_server"
     # Its text encoder gives the conditioning an attention mask, which the model takes as an argument (LTXV's T5).
     attention_mask: bool = False
+    # The node that loads its checkpoint in place of ``UNETLoader`` (None: ``UNETLoader``): ComfyUI builds ERNIE-Image
+    # only at its full size, the test node pack's ``Krea2TestSizedUNETLoader`` at the size the checkpoint says.
+    loader: str | None = None
 
     @property
     def on_demand(self) -> bool:
@@ -103,6 +106,8 @@ def family_prompt(family: str, *, cache: dict | None = None, node: str | None = 
     ``cache`` is given."""
     spec = FAMILIES[family]
     kwargs.setdefault("prefix", f"{family}_test")
+    if spec.loader is not None:
+        kwargs.setdefault("loader", {"class_type": spec.loader, "inputs": {"unet_name": model or spec.model}})
     prompt = krea2_prompt(cache=cache, model=model or spec.model, **kwargs)
     for cond in ("2", "3"):
         prompt[cond]["inputs"]["features"] = spec.context_features
@@ -131,6 +136,14 @@ FAMILIES["ltx2"] = FamilySpec(
     FAMILY_MODELS["ltx2"], "LTX-2 (ComfyUI native)", 4, 128, {
         "class_type": "EmptyLTXVLatentVideo", "inputs": {"width": 64, "height": 64, "length": 9, "batch_size": 1}},
     server="ltx2_server")
+# ERNIE-Image (and ERNIE-Image-Turbo, the same class): 4 blocks 128 wide, text width 64, on a 64x64 Flux.2 latent
+# (128 channels, 4x4 image tokens before the 8 text tokens in one joint sequence), loaded at its size by the test
+# node pack's loader. Nothing of its own beyond the family scenario set but what ``auto``'s output forecast rests on
+# (tests/families/test_families_ernie_image_comfyui.py).
+FAMILIES["ernie_image"] = FamilySpec(
+    FAMILY_MODELS["ernie_image"], "ERNIE-Image (ComfyUI native)", 4, 64, {
+        "class_type": "EmptyFlux2LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+    server="ernie_image_server", loader="Krea2TestSizedUNETLoader")
 # The families whose checkpoints the session's servers hold from the start: cheap enough for the checks that
 # are not family scenarios to run on each of them.
 SHARED = [family for family, spec in FAMILIES.items() if not spec.on_demand]

@@ -77,11 +77,45 @@ def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
     upstream = model.model_options.get(KEY)
     if isinstance(upstream, CacheDiTHolder) and upstream.node_id != holder.node_id:
         holder = dataclasses.replace(holder, superseded=(*upstream.superseded, (upstream.node_id, upstream.node_name)))
-    for wrapper_type in (WrappersMP.OUTER_SAMPLE, WrappersMP.DIFFUSION_MODEL):
+    for wrapper_type in (WrappersMP.OUTER_SAMPLE, WrappersMP.DIFFUSION_MODEL, WrappersMP.APPLY_MODEL):
         model.remove_wrappers_with_key(wrapper_type, KEY)
     model.model_options[KEY] = holder  # beside transformer_options, not in it: see _active_runs
     model.add_wrapper_with_key(WrappersMP.OUTER_SAMPLE, KEY, outer_sample_wrapper)
     model.add_wrapper_with_key(WrappersMP.DIFFUSION_MODEL, KEY, diffusion_model_wrapper)
+    if not resolve(model.model.diffusion_model, ANY_SCOPE).family.forward_runs_wrappers:
+        model.add_wrapper_with_key(WrappersMP.APPLY_MODEL, KEY, apply_model_wrapper)
+
+
+def apply_model_wrapper(executor, *args, **kwargs):
+    """Around a model call of a family whose forward runs no DIFFUSION_MODEL wrappers: for this call its forward (its
+    own, or cache-dit's in its place while a run caches) runs this pack's first, as other models' forward does."""
+    module = executor.class_obj.diffusion_model
+    module = getattr(module, "_orig_mod", module)   # the model itself under TorchCompileModel
+    previous = vars(module).get("forward")
+    if getattr(previous, "runs_wrappers", False):   # routed already, by an outer node's wrapper
+        return executor(*args, **kwargs)
+    module.forward = _forward_through_wrappers(module, module.forward)
+    try:
+        return executor(*args, **kwargs)
+    finally:
+        if previous is None:
+            del module.forward
+        else:
+            module.forward = previous
+
+
+def _forward_through_wrappers(module: torch.nn.Module, forward):
+    def current(*args, **kwargs):
+        # The module's forward as it is now: a call computed beside the cache puts the class's own in this one's place.
+        now = vars(module).get("forward", routed)
+        return (forward if now is routed else now)(*args, **kwargs)
+
+    def routed(*args, **kwargs):
+        # This pack's wrapper alone: another node's (EasyCache's) runs as it does without this node, not at all.
+        return comfy.patcher_extension.WrapperExecutor.new_class_executor(
+            current, module, [diffusion_model_wrapper]).execute(*args, **kwargs)
+    routed.runs_wrappers = True
+    return routed
 
 
 def _prompt_id() -> str:

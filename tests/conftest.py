@@ -533,6 +533,18 @@ def minimax_server(comfy_root, family_server):
 
 
 @pytest.fixture(scope="session")
+def ernie_image_server(comfy_root, family_server):
+    """``family_server`` with the tiny ERNIE-Image checkpoint (its size in its metadata, for the test loader), written
+    the first time a test asks for it."""
+    from devkit.comfy_models import FAMILY_MODELS, make_ernie_image_checkpoint
+
+    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["ernie_image"]
+    if not path.exists():
+        make_ernie_image_checkpoint(comfy_root, path, seed=family_checkpoint_seed("ernie_image"))
+    return family_server
+
+
+@pytest.fixture(scope="session")
 def minimax_h3_server(minimax_server):
     """``minimax_server`` under the family's key in ``FAMILIES`` (the example tests ask for ``<key>_server``)."""
     return minimax_server

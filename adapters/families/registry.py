@@ -102,7 +102,8 @@ class TransformerFamily:
     # The final layer's parameter that takes the feature (its forward's name for it): the forecast reads and
     # replaces the feature by this name, wherever the loop passes it (``final_layer_contract``).
     final_feature: str | None = None
-    # Whether the final layer returns one tensor, the model's prediction, so its output can be forecast
+    # Whether the final layer returns one tensor that the model's code turns into its prediction by affine steps
+    # alone (cutting tokens, folding patches, ERNIE-Image's ``final_linear``), so its output can be forecast
     # (``Forecaster.target`` "output"); MiniMax H3's returns the video and the audio apart.
     final_output_forecast: bool = True
     # Where each block's modulation is its own slice of one table (None: the loop hands every block the same).
@@ -111,6 +112,10 @@ class TransformerFamily:
     # ``skip_dit``). Under cache-dit the loop sees one wrapper that runs every block, so calls while
     # one is non-empty are computed in full instead.
     skip_lists: tuple[str, ...] = ()
+    # Whether the model's forward hands each call to ComfyUI's DIFFUSION_MODEL wrappers (most models' forward runs
+    # its ``_forward`` through them), where the nodes see each call. ERNIE-Image's (ComfyUI 0.33) runs its loop
+    # directly: the nodes route its calls through those wrappers themselves, or they would never see one.
+    forward_runs_wrappers: bool = True
     # Keys of transformer_options that, when set, make the loop treat chosen blocks differently by index
     # (LTX-2's ``stg_self_attn_blocks``: those blocks' self-attention perturbed). The wrapper would apply
     # the first block's options to all, so calls with one set are computed in full instead.
@@ -323,6 +328,24 @@ SUPPORTED: tuple[TransformerFamily, ...] = (
         loop_patches=("patches_replace.dit", "control"),
         final_layer="final_layer",
         final_feature="x",
+    ),
+    # ERNIE-Image and ERNIE-Image-Turbo (one class): one list of blocks in ``layers`` on the joint (image, then text)
+    # sequence, called as ``layer(hidden_states, rotary_pos_emb, temb)``, ``temb`` one list of six modulation tensors
+    # that every block gets; Fn's residual is on the joint sequence. The loop tells the blocks no index and applies
+    # no patches. ``final_norm(x, c)`` (a LayerNorm, then the step's scale and shift) reads the last block's output;
+    # ``final_linear`` follows it, then the image tokens are cut out and folded into the latent. Those are affine in
+    # ``final_norm``'s output, and the output forecast's weights add up to one (the ``auto`` plan's hold and linear
+    # extrapolation), so forecasting that output forecasts the prediction: a held one is exactly a shorter run.
+    TransformerFamily(
+        name="ERNIE-Image (ComfyUI native)",
+        model="ERNIE-Image",
+        class_path="comfy.ldm.ernie.model.ErnieImageModel",
+        block_lists=(BlockList("layers", "Pattern_3", arguments=("rotary_pos_emb", "temb")),),
+        check_forward_pattern=False,
+        match_subclasses=False,
+        final_layer="final_norm",
+        final_feature="x",
+        forward_runs_wrappers=False,
     ),
 )
 

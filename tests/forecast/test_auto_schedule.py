@@ -90,6 +90,8 @@ def test_auto_forecasts_the_feature_where_the_final_layer_gives_more_than_the_pr
     families = {f.model: f for f in SUPPORTED}
     auto = ForecastSettings.auto(2)
     assert auto.for_family(families["Krea-2"]).forecast.target == "output"
+    # ERNIE-Image's final layer is its ``final_norm``, followed by an affine ``final_linear``: output too.
+    assert auto.for_family(families["ERNIE-Image"]).forecast.target == "output"
     assert auto.for_family(families["MiniMax H3"]).forecast.target == "feature"
     custom = ForecastSettings.from_preset("turbo_4_of_8")
     assert custom.for_family(families["MiniMax H3"]) is custom

@@ -109,7 +109,8 @@ def spectrum(family: str) -> dict:
 OWN_GRAPH = {"ltxv": with_ltxv_conditioning, "minimax_h3": with_separate_av, "ltx2": with_av_latent}
 # The session fixture whose server holds a family's checkpoint (``family_server`` when not here).
 SERVERS = {KREA2: "comfy_server", "chroma": "chroma_server", "ltxv": "ltxv_server",
-           "hunyuan_video15": "hunyuan_video15_server", "minimax_h3": "minimax_server", "ltx2": "ltx2_server"}
+           "hunyuan_video15": "hunyuan_video15_server", "minimax_h3": "minimax_server", "ltx2": "ltx2_server",
+           "ernie_image": "ernie_image_server"}
 OWN_STEPS = {"chroma": 2}   # each Chroma call recomputes its 5120-wide modulation table: the fewest steps
 
 

@@ -332,8 +332,18 @@ MINIMAX = FamilyHarness(
     lora_layers=tuple(f"blocks.{block}.{layer}" for block in range(4) for layer in ("attn.out_proj", "mlp.fc2")),
     compile_tolerance=1e-3, two_devices=True, two_devices_off=True, spectrum=("split", "none"))
 
+ERNIE_IMAGE = FamilyHarness(
+    # ComfyUI builds it only at 8B: its spec loads the 128-wide stand-in with the test loader. Its loop applies no
+    # patch by block index and its attention takes no transformer options (nothing for the attention probe).
+    "ernie_image", seed=3, steps=8, off_layouts=LAYOUTS, after_cached=True, threshold=Threshold(full=True),
+    heun=Heun("split", "split"),
+    lora_layers=tuple(f"layers.{block}.{layer}" for block in range(4)
+                      for layer in ("self_attention.to_out.0", "mlp.linear_fc2")),
+    compile_tolerance=1e-3, compile_after=True, two_devices=True, two_devices_off=True, spectrum=LAYOUTS,
+    forecast_nothing="split")
+
 HARNESSES = {harness.family: harness for harness in (KREA2, WAN, ZIMAGE, QWEN_IMAGE, FLUX1, FLUX2, CHROMA, LTXV,
-                                                    HUNYUAN_VIDEO, HUNYUAN_IMAGE, LTX2, MINIMAX)}
+                                                    HUNYUAN_VIDEO, HUNYUAN_IMAGE, LTX2, MINIMAX, ERNIE_IMAGE)}
 
 
 # --- a cached step's outputs from one residual per stream (LTX-2's pair, MiniMax H3's packed sequence) -------
