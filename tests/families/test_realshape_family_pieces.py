@@ -1,5 +1,5 @@
-"""The Fn residual and cache-dit's threshold decision at real sizes of Wan, Z-Image, HunyuanVideo 1.5 and
-MiniMax H3 (no ComfyUI).
+"""The Fn residual and cache-dit's threshold decision at real sizes of Wan, Z-Image, HunyuanVideo 1.5, MiniMax H3
+and ERNIE-Image (no ComfyUI).
 
 What the pack does with a Fn residual does not depend on the family: its block hooks see each
 family's stack as (batch, tokens, width), as Krea-2's (checked at small size in the comfyui tier).
@@ -15,6 +15,8 @@ What differs at real size is how large that residual gets:
 - MiniMax H3 at its latent node's default 1344x768, 124 frames (width 5376, patch 1x2x2, video latent
   37 x 48 x 84; stereo audio latent at 40 per second): 37296 video, 414 audio and (say) 256 text tokens
   in one packed sequence of shape (tokens, width), with no batch dimension: 204M values.
+- ERNIE-Image at 1024x1024 (width 4096, Flux.2's latent 16x smaller, patch 1): 4096 image tokens and (say) 256
+  text tokens in one joint sequence: 17.8M values, above 2**24 with any prompt (the image tokens alone are 2**24).
 Each case traces two steps' residuals as a run does, and hands the same pair to cache-dit's own
 comparison (``CachedContextManager.similarity``, what decides a cached step), at thresholds just
 above and just below the change the pack reports.
@@ -38,6 +40,7 @@ HUNYUAN15_720P_121_TOKENS = ((121 - 1) // 4 + 1) * (720 // 16) * (1280 // 16)
 # MiniMax H3, 124 frames at 24 fps: latent frames ((124 - 5) // 17) * 5 + 2 = 37, each 768/16 x 1344/16 latent
 # cells in 2x2 patches; audio round(124 / 24 * 40) = 207 latent frames per channel, 2 channels; 256 text tokens.
 MINIMAX_H3_768P_124_TOKENS = 37 * (768 // 32) * (1344 // 32) + 2 * 207 + 256
+ERNIE_IMAGE_1024_TOKENS = (1024 // 16) ** 2 + 256
 
 
 def zimage_tokens(caption_tokens: int) -> int:
@@ -53,6 +56,7 @@ SHAPES = {  # (batch, tokens, width), and the dtype a real run computes it in
     "hunyuanvideo15_720p121_bf16": ((1, HUNYUAN15_720P_121_TOKENS, 2048), torch.bfloat16),
     # One packed sequence, no batch dimension (ComfyUI never batches MiniMax H3's conds).
     "minimax_h3_768p124_unbatched_bf16": ((MINIMAX_H3_768P_124_TOKENS, 5376), torch.bfloat16),
+    "ernie_image_1024_bf16": ((1, ERNIE_IMAGE_1024_TOKENS, 4096), torch.bfloat16),
 }
 
 
