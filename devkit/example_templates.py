@@ -42,6 +42,7 @@ HUNYUAN15 = "Comfy-Org/HunyuanVideo_1.5_repackaged"
 MINIMAX_H3 = f"{HF}/Comfy-Org/MiniMax-H3/resolve/main"
 LTX2 = f"{HF}/Lightricks/LTX-2/resolve/main"
 ZIMAGE = "Comfy-Org/z_image_turbo"
+ERNIE_IMAGE = f"{HF}/Comfy-Org/ERNIE-Image/resolve/main"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +161,20 @@ NEGATIVE = "blurry, low quality, distorted, watermark, text"
 NO_FIGURES = ("No published cache-dit settings or figures for {model} are known to this pack: the settings are "
               "the node's defaults (Krea-2's), so judge them here, on your own prompts.")
 NO_FIGURES_ZH = "本扩展不知道有任何公开的 {model} cache-dit 设置或数据：这里用的是节点默认值（Krea-2 的），请在这里用你自己的提示词判断。"
+
+# ERNIE-Image and its Turbo: one class, one text encoder and VAE, Comfy-Org's files; its 36 blocks (ComfyUI's default).
+ERNIE_IMAGE_FILES = dict(
+    text_encoders=(ModelFile("ministral-3-3b.safetensors", "text_encoders",
+                             f"{ERNIE_IMAGE}/text_encoders/ministral-3-3b.safetensors"),),
+    clip_type="flux2", vae_file=ModelFile("flux2-vae.safetensors", "vae", f"{ERNIE_IMAGE}/vae/flux2-vae.safetensors"),
+    latent="EmptyFlux2LatentImage", blocks=(36,), family="ERNIE-Image (ComfyUI native)", stand_in="ernie_image",
+    vae="flux2")
+ERNIE_IMAGE_ENHANCER = ("Its optional prompt enhancer (ernie-image-prompt-enhancer.safetensors through TextGenerate) "
+                        "is left out: write the full prompt here.")
+ERNIE_IMAGE_ENHANCER_ZH = "其可选的提示词增强（通过 TextGenerate 使用 ernie-image-prompt-enhancer.safetensors）未包含：请在这里写完整的提示词。"
+ERNIE_IMAGE_ADAPTER = (" cache-dit has an adapter of its own for ERNIE-Image in diffusers (the same 36 blocks, as one "
+                       "list), without figures.")
+ERNIE_IMAGE_ADAPTER_ZH = "cache-dit 在 diffusers 中有自己的 ERNIE-Image 适配器（同样的 36 个块，作为一个列表），但没有数据。"
 
 FAMILY_TEMPLATES = {
     "flux1_dev_compare.json": FamilyTemplate(
@@ -388,4 +403,26 @@ FAMILY_TEMPLATES = {
                    "并比较视频。要得到声音，用 LTXV Audio VAE Decode 和音频 VAE（LTXVAudioVAELoader）解码音频潜空间（LTXVSeparateAVLatent 的第二个输出），"
                    "再接 24 fps 的 CreateVideo 和 SaveVideo。每一帧保存为图片。"),
         evidence_zh=NO_FIGURES_ZH.format(model="LTX-2")),
+    "ernie_image_compare.json": FamilyTemplate(
+        title="ERNIE-Image",
+        model=ModelFile("ernie-image.safetensors", "diffusion_models",
+                        f"{ERNIE_IMAGE}/diffusion_models/ernie-image.safetensors"),
+        steps=20, cfg=4.0, negative="", **ERNIE_IMAGE_FILES,
+        recipe=("Comfy-Org's ERNIE-Image template: 20 steps, CFG 4, euler, simple, the model's own shift (3), an empty "
+                "negative prompt, 1024x1024. " + ERNIE_IMAGE_ENHANCER),
+        evidence=NO_FIGURES.format(model="ERNIE-Image") + ERNIE_IMAGE_ADAPTER,
+        recipe_zh=("Comfy-Org 的 ERNIE-Image 模板：20 步，CFG 4，euler，simple，模型自身的 shift（3），空的负向提示词，1024x1024。"
+                   + ERNIE_IMAGE_ENHANCER_ZH),
+        evidence_zh=NO_FIGURES_ZH.format(model="ERNIE-Image") + ERNIE_IMAGE_ADAPTER_ZH),
+    "ernie_image_turbo_compare.json": FamilyTemplate(
+        title="ERNIE-Image-Turbo",
+        model=ModelFile("ernie-image-turbo.safetensors", "diffusion_models",
+                        f"{ERNIE_IMAGE}/diffusion_models/ernie-image-turbo.safetensors"),
+        steps=8, cfg=1.0, **ERNIE_IMAGE_FILES,
+        recipe=("Comfy-Org's ERNIE-Image-Turbo template: 8 steps at CFG 1 (one call per step), euler, simple, the "
+                "model's own shift (3), 1024x1024. " + ERNIE_IMAGE_ENHANCER),
+        evidence=NO_FIGURES.format(model="ERNIE-Image-Turbo") + ERNIE_IMAGE_ADAPTER,
+        recipe_zh=("Comfy-Org 的 ERNIE-Image-Turbo 模板：CFG 1 下 8 步（每步一次模型调用），euler，simple，模型自身的 shift（3），1024x1024。"
+                   + ERNIE_IMAGE_ENHANCER_ZH),
+        evidence_zh=NO_FIGURES_ZH.format(model="ERNIE-Image-Turbo") + ERNIE_IMAGE_ADAPTER_ZH),
 }

@@ -453,7 +453,8 @@ def test_example_runs_on_cpu(path, comfy_root, object_info, request):
     prompt = example_prompt(load(path), object_info, vae_name=vae_name,
                             model=model, context_features=context_features, pooled_features=spec.pooled_features,
                             attention_mask=spec.attention_mask,
-                            prefix=f"examples/{path.stem}", steps=example.stand_in_steps, models=example.stand_ins)
+                            prefix=f"examples/{path.stem}", steps=example.stand_in_steps, models=example.stand_ins,
+                            loader=spec.loader)
     compare = path in COMPARE_EXAMPLES
     branches = compare_branches(to_api_prompt(load(path), object_info)) if compare else {}
     cache_widgets = CACHE_DEFAULTS | example.cache

@@ -216,12 +216,14 @@ def write_stand_in_checkpoint(base_dir: Path, model: str, vae_name: str, audio_v
 
 def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_features: int,
                    prefix: str, model: str = TINY_MODEL, pooled_features: int = 0, attention_mask: bool = False,
-                   steps: int | None = None, models: dict | None = None) -> dict:
+                   steps: int | None = None, models: dict | None = None, loader: str | None = None) -> dict:
     """The API prompt of an example workflow, with the stand-ins above (``model``: the tiny diffusion model;
     ``models``: file the example loads -> its stand-in, for an example with more than one diffusion model (Wan 2.2
     A14B's two experts); ``pooled_features``: the width of the pooled vector its conditioning carries, Flux.1's;
     ``attention_mask``: the conditioning carries one (LTXV's);
-    ``steps``: the samplers' steps when not the example's own). A video latent gets one frame (one image a save)."""
+    ``steps``: the samplers' steps when not the example's own; ``loader``: the node that loads the stand-in in place of
+    ``UNETLoader``, where ComfyUI builds the family only at full size, ERNIE-Image's). A video latent gets one frame
+    (one image a save)."""
     prompt = to_api_prompt(workflow, object_info)
     encoders = [node_id for node_id, node in prompt.items() if node["class_type"] in TEXT_ENCODER_LOADERS]
     for node_id, node in prompt.items():
@@ -229,6 +231,8 @@ def example_prompt(workflow: dict, object_info: dict, *, vae_name: str, context_
         if kind in MODEL_LOADERS:
             name = MODEL_LOADERS[kind]
             inputs[name] = models[inputs[name]] if models else model
+            if loader is not None and kind == "UNETLoader":
+                prompt[node_id] = {"class_type": loader, "inputs": {"unet_name": inputs[name]}}
         elif kind == "VAELoader":
             inputs["vae_name"] = vae_name
         elif kind == "CLIPTextEncode":
