@@ -8,7 +8,11 @@
   loader expects it), detected by ComfyUI from its tensors as the safetensors file is;
 - fp8 through *Load Diffusion Model* (``UNETLoader``) with ``weight_dtype`` ``fp8_e4m3fn`` ("fp8"), or, where that
   fails in ComfyUI itself (MiniMax H3, see its ``refused``), a scaled-fp8 file of the checkpoint with ``weight_dtype``
-  ``default`` ("fp8_scaled": ComfyUI's mixed-precision layers, the norms kept in full precision).
+  ``default`` ("fp8_scaled": ComfyUI's mixed-precision layers, the norms kept in full precision);
+- ComfyUI's own quantized files (``comfy_quant`` layers: Comfy-Org's ``*_int8_convrot`` files are "int8_convrot"),
+  the checkpoint's block layers written by ComfyUI's own mixed-precision layers (``devkit/comfy_quant_files.py``),
+  through *Load Diffusion Model* with ``weight_dtype`` ``default``, under a ``LoraLoaderModelOnly`` as Comfy-Org's
+  int8 Krea-2 Turbo template has it: see ``test_a_comfy_quant_file_under_a_lora_is_cached_by_both_nodes``.
 
 For each family and file: the ``fast`` mask caches its step of 4 (the stats record of the queued
 prompt says so, with the family's name, calls and blocks), and, where ``QUANTIZED`` says, the node with
@@ -16,8 +20,8 @@ caching off gives a latent bit-identical to the same loader's graph without the 
 the family's tiny latent; the full-width families run fewer calls (see ``QUANTIZED``). Every latent the
 graph saves is compared (MiniMax H3's video and audio). One server for the module.
 
-Krea-2 is not here: stock ComfyUI-GGUF has no Krea-2 entry (docs/nodes.md, "Krea-2 GGUF files"); its
-GGUF files are read by the pack's own loader (``test_gguf_comfyui.py``) and its fp8 weights are
+Krea-2 has its ``comfy_quant`` files only: stock ComfyUI-GGUF has no Krea-2 entry (docs/nodes.md, "Krea-2 GGUF
+files"); its GGUF files are read by the pack's own loader (``test_gguf_comfyui.py``) and its fp8 weights are
 checked in ``test_compat_comfyui.py``.
 
 Adding a family: its ``FamilySpec`` in ``devkit/family_prompts.py`` and ONE line in ``QUANTIZED``
@@ -38,10 +42,14 @@ import pytest
 import torch
 
 from devkit.comfy_harness import ComfyServer, third_party_pack
+from devkit.comfy_models import QUANTIZED_LAYERS
+from devkit.comfy_quant_files import COMFY_QUANT, make_comfy_quant_checkpoint
 from family_harness import with_av_latent, with_ltxv_conditioning, with_separate_av
 from devkit.family_prompts import FAMILIES, family_prompt
-from helpers import FAST, OFF, prompt_error
+from devkit.krea2_prompts import with_forecast
+from helpers import FAST, OFF, insert_after_loader, prompt_error, write_native_lora
 from krea2_gguf_files import write_krea2_gguf
+from record_checks import FORECAST_NOTHING
 
 pytestmark = pytest.mark.comfyui
 
@@ -50,6 +58,8 @@ FILE_TYPE = "Q8_0"
 STEPS = 4
 MASK_CACHED = [2]   # cache-dit's "fast" mask for 4 steps: 1 1 0 1
 SEED = 71
+AUTO_FORECAST = [1, 3]   # the Forecast node's ``auto`` at speedup 2 over 4 steps: steps 0 and 2 computed
+LORA_STRENGTH = 0.8      # Comfy-Org's int8 Krea-2 Turbo template's LoraLoaderModelOnly
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +75,11 @@ class Quantized:
     graph: typing.Callable[[dict], dict] | None = None
     # The linear layers of each ``blocks.N`` a scaled-fp8 file stores in fp8 (format "fp8_scaled").
     scaled_layers: tuple[str, ...] = ()
+    # ComfyUI's own quantized files (``COMFY_QUANT``'s formats) that run under a LoRA, cached by both nodes.
+    comfy_quant: tuple[str, ...] = ()
+    # The Linear layers those files store quantized (fnmatch patterns of their names), and the LoRA's layers.
+    quant_layers: tuple[str, ...] = ()
+    lora_layers: tuple[str, ...] = ()
     # Formats that cannot run in ComfyUI itself, and why: "gguf" wherever ``architecture`` is None.
     refused: dict[str, Refused] = dataclasses.field(default_factory=dict)
 
@@ -84,8 +99,22 @@ class Refused:
 # family: the caching-off pair runs on the others, fp8 on an fp32 (Wan, Flux) and a bf16 (Qwen-Image)
 # checkpoint.
 QUANTIZED = {
+    # Krea-2: ComfyUI's int8 files only (GGUF and fp8: see the module's docstring); the session's tiny Krea-2 is
+    # cheap enough for every ``comfy_quant`` format.
+    "krea2": Quantized(None, server="comfy_server", formats=(), off_pair=(), comfy_quant=tuple(COMFY_QUANT),
+                       quant_layers=tuple(f"blocks.*.{layer}" for layer in QUANTIZED_LAYERS),
+                       lora_layers=tuple(f"blocks.{block}.{layer}" for block in range(4)
+                                         for layer in ("attn.wq", "mlp.down")),
+                       refused={"gguf": Refused("stock ComfyUI-GGUF has no Krea-2 entry: its GGUF files load through "
+                                                "the pack's Load Krea-2 (diffusers), tests/krea2_loader")}),
     "wan": Quantized("wan"),
-    "zimage": Quantized("lumina2", formats=("gguf",), off_pair=()),
+    # Z-Image: the int8 files of Comfy-Org's Z-Image Turbo int8 template, its blocks' modulation layers int8 (the
+    # model's other layers run through ComfyUI's mixed-precision layers all the same). On a CPU an int8 layer
+    # multiplies with torch._int_mm, about 30 s for one 3840 x 11520 layer at 48 tokens on 2 cores (2 minutes a call
+    # with the attention and MLP layers int8), while the modulation layers see one row, the step's embedding.
+    "zimage": Quantized("lumina2", formats=("gguf",), off_pair=(), comfy_quant=("int8", "int8_convrot"),
+                        quant_layers=("layers.*.adaLN_modulation.0",),
+                        lora_layers=tuple(f"layers.{block}.adaLN_modulation.0" for block in range(2))),
     "qwen_image": Quantized("qwen_image", off_pair=("gguf",), off_steps=2),
     "flux1": Quantized("flux"),
     "flux2": Quantized("flux"),
@@ -121,25 +150,29 @@ HIGH_PRECISION = {"wan": (".modulation",), "ltxv": ("scale_shift_table",), "lumi
 
 
 def test_every_family_is_quantized():
-    assert set(QUANTIZED) | set(NOT_QUANTIZED) == set(FAMILIES) - {"krea2"}, (
-        "every family but Krea-2 needs its line in QUANTIZED, or a reason in NOT_QUANTIZED "
+    assert set(QUANTIZED) | set(NOT_QUANTIZED) == set(FAMILIES), (
+        "every family needs its line in QUANTIZED, or a reason in NOT_QUANTIZED "
         "(tests/families/test_quantized_families_comfyui.py)")
     assert not set(QUANTIZED) & set(NOT_QUANTIZED)
     assert all("gguf" in quant.refused for quant in QUANTIZED.values() if quant.architecture is None), (
         "a family with no GGUF architecture needs its refused['gguf'] reason")
-    assert all(not set(quant.formats) & set(quant.refused) for quant in QUANTIZED.values())
+    assert all(not set(quant.formats + quant.comfy_quant) & set(quant.refused) for quant in QUANTIZED.values())
     assert all(quant.scaled_layers for quant in QUANTIZED.values() if "fp8_scaled" in quant.formats)
+    assert all(quant.quant_layers and quant.lora_layers for quant in QUANTIZED.values() if quant.comfy_quant)
+    assert all(set(quant.comfy_quant) <= set(COMFY_QUANT) for quant in QUANTIZED.values())
+    # Every comfy_quant format ComfyUI has is run on Krea-2, or refused there with its reason.
+    assert set(QUANTIZED["krea2"].comfy_quant) | (set(QUANTIZED["krea2"].refused) & set(COMFY_QUANT)) == set(
+        COMFY_QUANT)
 
 
 @pytest.fixture(scope="module")
 def quant_server(comfy_root, tmp_path_factory):
-    """A server with this pack and ComfyUI-GGUF; the family files are added as tests ask for them."""
+    """A server with this pack and ComfyUI-GGUF (where its snapshot is: the GGUF cases skip without it); the
+    family files are added as tests ask for them."""
     snapshot = third_party_pack(GGUF_PACK)
-    if snapshot is None:
-        pytest.skip(f"no {GGUF_PACK} snapshot: put it in ../shared/third_party beside the clone "
-                    f"(or set KREA2_THIRD_PARTY_DIR)")
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_quantized"))
-    (base / "custom_nodes" / GGUF_PACK).symlink_to(snapshot, target_is_directory=True)
+    if snapshot is not None:
+        (base / "custom_nodes" / GGUF_PACK).symlink_to(snapshot, target_is_directory=True)
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()
@@ -153,10 +186,19 @@ def scaled_name(family: str) -> str:
     return f"{family}_tiny_fp8_scaled.safetensors"
 
 
+def comfy_quant_name(family: str, file_format: str) -> str:
+    return f"{family}_tiny_{file_format}.safetensors"
+
+
+def comfy_quant_files(quant: Quantized) -> list[str]:
+    """The ``COMFY_QUANT`` files a family's line runs: its formats, and the refused ones whose failure is checked."""
+    return [*quant.comfy_quant, *(fmt for fmt, refused in quant.refused.items() if fmt in COMFY_QUANT and refused.error)]
+
+
 @pytest.fixture(scope="module")
 def family_files(request, comfy_root, tmp_path_factory, quant_server):
-    """``family_files(family)``: the family's checkpoint (linked), its GGUF and scaled-fp8 file (where its
-    ``QUANTIZED`` line runs them) in ``quant_server``, once."""
+    """``family_files(family)``: the family's checkpoint (linked), its GGUF, scaled-fp8 and ``comfy_quant`` files
+    (where its ``QUANTIZED`` line runs them) in ``quant_server``, once."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -191,6 +233,9 @@ def family_files(request, comfy_root, tmp_path_factory, quant_server):
             types = write_krea2_gguf(partial, state, FILE_TYPE, architecture=quant.architecture,
                                      high_precision=[key for key in state if any(part in key for part in keep)])
             os.replace(partial, models / gguf_name(family))
+        for file_format in comfy_quant_files(quant):
+            make_comfy_quant_checkpoint(comfy_root, source, models / comfy_quant_name(family, file_format),
+                                        file_format, quant.quant_layers)
         (models / FAMILIES[family].model).symlink_to(source)
         done[family] = types
         return types
@@ -203,12 +248,15 @@ def loader(family: str, file_format: str) -> dict:
         return {"class_type": "UnetLoaderGGUF", "inputs": {"unet_name": gguf_name(family)}}
     if file_format == "fp8_scaled":
         return {"class_type": "UNETLoader", "inputs": {"unet_name": scaled_name(family), "weight_dtype": "default"}}
+    if file_format in COMFY_QUANT:
+        return {"class_type": "UNETLoader", "inputs": {"unet_name": comfy_quant_name(family, file_format),
+                                                       "weight_dtype": "default"}}
     return {"class_type": "UNETLoader", "inputs": {"unet_name": FAMILIES[family].model, "weight_dtype": "fp8_e4m3fn"}}
 
 
 def prompt(family: str, file_format: str, steps: int, cache: dict | None, prefix: str) -> dict:
     graph = family_prompt(family, cfg=1.0, steps=steps, seed=SEED, cache=cache, loader=loader(family, file_format),
-                          prefix=f"{family}_{file_format}_{prefix}")
+                          node="CacheDiTDBCache", prefix=f"{family}_{file_format}_{prefix}")
     adjust = QUANTIZED[family].graph
     return adjust(graph) if adjust else graph
 
@@ -237,6 +285,9 @@ CASES = [(family, file_format) for family, quant in QUANTIZED.items() for file_f
 
 @pytest.mark.parametrize("family, file_format", CASES, ids=[f"{family}-{fmt}" for family, fmt in CASES])
 def test_caching_off_is_bit_identical_and_the_mask_caches(quant_server, family_files, family, file_format):
+    if file_format == "gguf" and third_party_pack(GGUF_PACK) is None:
+        pytest.skip(f"no {GGUF_PACK} snapshot: put it in ../shared/third_party beside the clone "
+                    f"(or set KREA2_THIRD_PARTY_DIR)")
     types = family_files(family)
     assert file_format != "gguf" or FILE_TYPE in types.values(), "the GGUF should hold quantized tensors"
     quant = QUANTIZED[family]
@@ -266,3 +317,101 @@ def test_a_refused_format_still_fails_in_comfyui_without_the_node(quant_server, 
     prompt_id = quant_server.queue(prompt(family, file_format, STEPS, None, "refused"))
     error = prompt_error(quant_server.wait(prompt_id, 900))
     assert error is not None and QUANTIZED[family].refused[file_format].error in error, error
+
+
+COMFY_QUANT_CASES = [(family, file_format) for family, quant in QUANTIZED.items() for file_format in quant.comfy_quant]
+
+
+@pytest.fixture(scope="module")
+def family_lora(quant_server, family_files):
+    """``family_lora(family)``: a LoRA on the family's ``lora_layers`` in ``quant_server``, written once."""
+    done = {}
+
+    def lora(family: str) -> str:
+        if family not in done:
+            family_files(family)
+            checkpoint = quant_server.base_dir / "models" / "diffusion_models" / FAMILIES[family].model
+            done[family] = write_native_lora(quant_server, checkpoint, QUANTIZED[family].lora_layers,
+                                             f"{family}_quantized_lora.safetensors")
+        return done[family]
+
+    return lora
+
+
+def check_comfy_quant_file(path, file_format: str, layers: tuple[str, ...]):
+    """Every layer ``layers`` names holds its weight stored quantized and its ``comfy_quant`` format; nothing else.
+    The int8 files as Comfy-Org's: "int8" one scale per tensor, "int8_convrot" a scale per row and the ConvRot
+    marks (``{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 256}``)."""
+    import fnmatch
+    import json
+
+    from safetensors import safe_open
+
+    quant_format = COMFY_QUANT[file_format][0]
+    convrot = file_format == "int8_convrot"
+    with safe_open(str(path), "pt") as stored:
+        keys = set(stored.keys())
+        marked = {key.removesuffix(".comfy_quant") for key in keys if key.endswith(".comfy_quant")}
+        wanted = {key.removesuffix(".weight") for key in keys
+                  if key.endswith(".weight") and any(fnmatch.fnmatchcase(key.removesuffix(".weight"), p) for p in layers)}
+        assert marked == wanted and marked, (sorted(marked), sorted(wanted))
+        for layer in marked:
+            conf = json.loads(bytes(stored.get_tensor(f"{layer}.comfy_quant").tolist()))
+            weight = stored.get_tensor(f"{layer}.weight")
+            assert conf["format"] == quant_format, conf
+            assert weight.dtype not in (torch.float32, torch.bfloat16, torch.float16)
+            if quant_format == "int8_tensorwise":
+                assert conf == ({"format": quant_format, "convrot": True, "convrot_groupsize": 256} if convrot
+                                else {"format": quant_format}), conf
+                scale = stored.get_tensor(f"{layer}.weight_scale")
+                assert scale.numel() == (weight.shape[0] if convrot else 1), (layer, scale.shape)
+
+
+@pytest.mark.parametrize("family, file_format", COMFY_QUANT_CASES, ids=[f"{f}-{fmt}" for f, fmt in COMFY_QUANT_CASES])
+def test_a_comfy_quant_file_under_a_lora_is_cached_by_both_nodes(quant_server, family_files, family_lora, family,
+                                                                 file_format):
+    """ComfyUI's own quantized file of the family's checkpoint through *Load Diffusion Model* and a
+    ``LoraLoaderModelOnly`` (the LoRA on quantized layers changes the latent, every key loaded), at CFG 1 over 4
+    steps: the DBCache node with caching off and the Forecast node forecasting nothing each bit-identical to the
+    graph without a node, the ``fast`` mask caching step 2, and the Forecast node's ``auto`` at speedup 2
+    forecasting steps 1 and 3 (a call that runs no block)."""
+    quant = QUANTIZED[family]
+    family_files(family)
+    check_comfy_quant_file(quant_server.base_dir / "models" / "diffusion_models" / comfy_quant_name(family, file_format),
+                           file_format, quant.quant_layers)
+    lora = family_lora(family)
+    log_start = len(quant_server.log_text())
+
+    def graph(prefix: str, cache: dict | None = None, forecast: tuple[str, dict] | None = None,
+              with_lora: bool = True) -> dict:
+        built = prompt(family, file_format, STEPS, {} if forecast else cache, prefix)
+        if forecast is not None:
+            built = with_forecast(built, forecast[0], **forecast[1])
+        if with_lora:
+            built = insert_after_loader(built, "8", {"class_type": "LoraLoaderModelOnly",
+                                                     "inputs": {"lora_name": lora, "strength_model": LORA_STRENGTH}})
+        return built
+
+    without_lora, _ = run(quant_server, graph("no_lora", with_lora=False))
+    plain, _ = run(quant_server, graph("plain"))
+    log = quant_server.log_text()[log_start:]
+    assert "Detected mixed precision quantization" in log, "ComfyUI read the file as a plain checkpoint"
+    assert "lora key not loaded" not in log
+    assert not any(map(torch.equal, plain, without_lora)), "the LoRA on the quantized layers should change the latent"
+
+    off, off_record = run(quant_server, graph("off", OFF))
+    check_record(off_record, family, STEPS, cached=[])
+    assert all(map(torch.equal, off, plain)), "the DBCache node with caching off must not change the latents"
+    cached, record = run(quant_server, graph("fast", FAST))
+    check_record(record, family, STEPS, cached=MASK_CACHED)
+    assert all(torch.isfinite(latent).all() for latent in cached)
+
+    nothing, nothing_record = run(quant_server, graph("nothing", forecast=("custom", FORECAST_NOTHING)))
+    assert nothing_record["status"] == "ok" and nothing_record["forecast_steps"] == []
+    assert all(map(torch.equal, nothing, plain)), "the Forecast node forecasting nothing must not change the latents"
+    forecast, forecast_record = run(quant_server, graph("auto", forecast=("auto", {"speedup": 2.0})))
+    assert (forecast_record["status"], forecast_record["model"]) == ("ok", FAMILIES[family].name), forecast_record
+    assert forecast_record["forecast_steps"] == AUTO_FORECAST, forecast_record["step_reasons"]
+    assert [call[3] for call in forecast_record["call_log"]] == [
+        0 if call[0] in AUTO_FORECAST else FAMILIES[family].blocks for call in forecast_record["call_log"]]
+    assert all(torch.isfinite(latent).all() for latent in forecast)
