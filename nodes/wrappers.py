@@ -68,12 +68,15 @@ def patched_model(model: comfy.model_patcher.ModelPatcher, scope: NodeScope, met
     target = resolve(model.model.diffusion_model, scope)
     method.check(settings, target, scope.node_name)
     patched = model.clone()
-    install(patched, CacheDiTHolder(settings=settings, node_id=node_id, node_name=scope.node_name, method=method))
+    install(patched, CacheDiTHolder(settings=settings, node_id=node_id, node_name=scope.node_name, method=method),
+            routes_its_own_calls=not target.family.forward_runs_wrappers)
     return patched
 
 
-def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
-    """Attach the holder and wrappers to a MODEL clone (replacing an upstream Cache-DiT node's)."""
+def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder, routes_its_own_calls: bool = False):
+    """Attach the holder and wrappers to a MODEL clone (replacing an upstream Cache-DiT node's);
+    ``routes_its_own_calls``: the model's forward runs no DIFFUSION_MODEL wrappers (the registry's
+    ``forward_runs_wrappers``), so its calls are routed to them around each call (``apply_model_wrapper``)."""
     upstream = model.model_options.get(KEY)
     if isinstance(upstream, CacheDiTHolder) and upstream.node_id != holder.node_id:
         holder = dataclasses.replace(holder, superseded=(*upstream.superseded, (upstream.node_id, upstream.node_name)))
@@ -82,7 +85,7 @@ def install(model: comfy.model_patcher.ModelPatcher, holder: CacheDiTHolder):
     model.model_options[KEY] = holder  # beside transformer_options, not in it: see _active_runs
     model.add_wrapper_with_key(WrappersMP.OUTER_SAMPLE, KEY, outer_sample_wrapper)
     model.add_wrapper_with_key(WrappersMP.DIFFUSION_MODEL, KEY, diffusion_model_wrapper)
-    if not resolve(model.model.diffusion_model, ANY_SCOPE).family.forward_runs_wrappers:
+    if routes_its_own_calls:
         model.add_wrapper_with_key(WrappersMP.APPLY_MODEL, KEY, apply_model_wrapper)
 
 

@@ -32,6 +32,10 @@ class ForecastSchedule:
         if not (math.isfinite(self.window_growth) and self.window_growth >= 0.0):
             raise ValueError(f"window_growth must be a finite number of at least 0, got {self.window_growth}")
 
+    def shares(self, steps: int, sigmas=None) -> None:
+        """No share per step: the forecaster's ``extrapolation`` holds for every step (``auto`` sets its own)."""
+        return None
+
     def computed(self, steps: int) -> list[bool]:
         """Per step of a run of ``steps`` steps: whether the schedule computes it (else it is forecast)."""
         plan, window, since_computed = [], self.window_size, 0

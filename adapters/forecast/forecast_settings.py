@@ -124,13 +124,18 @@ class ForecastPlan:
     def method_summary(self) -> dict:
         """The method as the record shows it: its name and what it ran with."""
         forecast, schedule = self.settings.forecast, self.settings.schedule
-        computed = [step for step, on in enumerate(self.mask) if on]
         summary = {"name": "forecast", "preset": self.settings.preset,
-                   **dataclasses.asdict(forecast), **dataclasses.asdict(schedule), "computed_steps": computed}
-        if self.shares is not None:   # the share each gap's forecast went, in the order of the gaps
-            summary["gap_shares"] = [round(self.shares[start + 1], 3)
-                                     for start, end in zip(computed, computed[1:] + [self.steps]) if end > start + 1]
+                   **dataclasses.asdict(forecast), **dataclasses.asdict(schedule),
+                   "computed_steps": [step for step, on in enumerate(self.mask) if on]}
+        if self.shares is not None:
+            summary["gap_shares"] = self.gap_shares()
         return summary
+
+    def gap_shares(self) -> list[float]:
+        """The share each gap's forecast went, in the order of the gaps (a plan with ``shares``)."""
+        computed = [step for step, on in enumerate(self.mask) if on]
+        return [round(self.shares[start + 1], 3)
+                for start, end in zip(computed, computed[1:] + [self.steps]) if end > start + 1]
 
     def method_text(self, parts: dict) -> str:
         """The log line's words for what ran besides the counts: the forecast, its share and target where they are
@@ -140,8 +145,7 @@ class ForecastPlan:
         shown = ([f"extrapolation {forecast.extrapolation:g}"] if forecast.extrapolation != 1.0 else []) + \
             ([f"target {forecast.target}"] if forecast.target != "feature" else [])
         if self.shares is not None:
-            shown = [f"target {forecast.target}", "share per gap " + "/".join(f"{s:g}" for s in
-                                                                          self.method_summary()["gap_shares"])]
+            shown = [f"target {forecast.target}", "share per gap " + "/".join(f"{s:g}" for s in self.gap_shares())]
         if preset == AUTO:
             preset = f"auto, speedup {self.settings.schedule.speedup:g}"
         return (f"forecast {forecast.forecast}" + (f" ({', '.join(shown)})" if shown else "") + f" (preset {preset})")
@@ -151,6 +155,6 @@ def plan_forecast_run(settings: ForecastSettings, steps: int, sigmas=None) -> Fo
     """The run's plan; a schedule that sets the share per step (``auto``) reads it from the run's sigmas."""
     if steps < 1:
         raise ValueError("a sampling run needs at least one step")
-    shares = settings.schedule.shares(steps, sigmas) if hasattr(settings.schedule, "shares") else None
+    shares = settings.schedule.shares(steps, sigmas)
     return ForecastPlan(steps, settings, tuple(int(c) for c in settings.schedule.computed(steps)),
                         shares=None if shares is None else tuple(shares))
