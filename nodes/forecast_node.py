@@ -10,6 +10,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ..adapters.families.registry import FORECAST_SCOPE
+from ..adapters.figures import preset_measured_steps
 from ..adapters.forecast.feature_forecast import FORECASTS, TARGETS, Forecaster
 from ..adapters.forecast.forecast_schedule import ForecastSchedule
 from ..adapters.forecast.auto_schedule import AUTO, DEFAULT_SPEEDUP, MAX_SPEEDUP
@@ -69,9 +70,12 @@ def _auto_inputs() -> list[io.Input]:
         "run's own steps and forecasts the rest; the node shows what it computed."))]
 
 
+# Where the fixed presets' figures hold, from their standings: elsewhere a preset computes other steps and can
+# land farther than fewer steps, where auto does not (docs/benchmarks.md, "Forecast auto").
 PRESET_TOOLTIP = (
-    "Which forecast and schedule run: auto plans the run for the speedup you set; turbo_* for 8 steps, raw_* "
-    "for about 50 steps, spectrum_paper* as published, custom shows every setting. The help page says more.")
+    f"Which forecast and schedule run: auto plans any step count for the speedup you set; turbo_* are measured at "
+    f"{preset_measured_steps('turbo_5_of_8')} steps, raw_* at {preset_measured_steps('raw_1_in_4')}: at other "
+    "counts use auto. spectrum_paper* as published; custom shows every setting.")
 
 
 def settings_from(preset: dict) -> ForecastSettings:

@@ -82,6 +82,19 @@ def test_every_forecast_preset_but_the_papers_has_its_standing():
     assert {s.setting for s in figures.PRESET_STANDINGS} == ours
 
 
+def test_the_presets_beside_auto_are_the_forecast_auto_grid():
+    """Every cell of benchmarks/forecast_auto.py's grid where a fixed preset makes as many calls as ``auto``."""
+    regimes = json.loads((RESULTS / "forecast_auto.json").read_text())["regimes"]
+    measured = []
+    for regime in regimes.values():
+        for row in regime["rows"]:
+            for name, mae in row["presets"].items():
+                euler = round(row["euler"], 2)
+                measured += [figures.Standing(name, row["steps"], row["calls"], round(mae, 2), euler),
+                             figures.Standing("auto", row["steps"], row["calls"], round(row["auto"], 2), euler)]
+    assert list(figures.FORECAST_AUTO_STANDINGS) == measured
+
+
 def test_taylorseer_on_the_defaults_is_the_peer_table():
     c = figures.DEFAULTS_TAYLORSEER
     plain = peers_row(c.steps, "Cache-DiT threshold", "0.24")

@@ -104,6 +104,23 @@ def test_a_cache_nodes_pages_have_an_evidence_section(node):
         assert EVIDENCE[locale] in headings, f"{path(node).relative_to(REPO)}: {headings}"
 
 
+# The words each page's preset table ends a fixed preset's row with: where its figures hold, and what to use elsewhere.
+HOLDS_AT = {"en": "| {steps} steps; at other step counts use `auto` |", "zh": "| {steps} 步；其他步数请用 `auto` |"}
+
+
+@pytest.mark.parametrize("locale", ["en", "zh"])
+def test_every_fixed_presets_row_says_where_its_figures_hold(locale):
+    from krea2_cachedit.adapters.figures import PRESET_STANDINGS, preset_measured_steps
+
+    lines = LOCALES[locale]("CacheDiTSpectrum").read_text(encoding="utf-8").splitlines()
+    wrong = []
+    for name in dict.fromkeys(s.setting for s in PRESET_STANDINGS):
+        (row,) = [line for line in lines if line.startswith(f"| `{name}` |")]
+        if not row.endswith(HOLDS_AT[locale].format(steps=preset_measured_steps(name))):
+            wrong.append(row)
+    assert not wrong, f"preset rows that do not say the step count their figures hold at: {wrong}"
+
+
 def test_the_forecast_page_gives_every_presets_summary():
     from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
 

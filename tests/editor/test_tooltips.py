@@ -82,3 +82,15 @@ def test_krea2_cachedit_is_deprecated_for_the_dbcache_node_with_the_same_inputs(
     assert new["display_name"] in old["description"] and old["input_order"] == new["input_order"]
     zh = json.loads(ZH_NODE_DEFS.read_text(encoding="utf-8"))
     assert zh["CacheDiTDBCache"]["display_name"] in zh["Krea2CacheDiT"]["description"]
+
+
+def test_the_preset_tooltip_says_where_the_fixed_presets_hold(node_infos):
+    """The editor shows one tooltip for all presets: it names the step count each kind's figures hold at (their
+    standings') and sends every other count to auto, in both languages."""
+    from krea2_cachedit.adapters.figures import preset_measured_steps
+
+    turbo, raw = preset_measured_steps("turbo_5_of_8"), preset_measured_steps("raw_1_in_4")
+    english = english_tooltips(node_infos)["CacheDiTSpectrum.inputs.preset"]
+    assert f"turbo_* are measured at {turbo} steps, raw_* at {raw}: at other counts use auto" in english, english
+    zh = zh_tooltips()["CacheDiTSpectrum.inputs.preset"]
+    assert f"turbo_* 在 {turbo} 步测量，raw_* 在 {raw} 步测量：其他步数请用 auto" in zh, zh
