@@ -52,11 +52,19 @@ class BlockContract:
         return None
 
     @contextlib.contextmanager
-    def first_call(self):
+    def first_call(self, swapped_lists: list[torch.nn.ModuleList] = ()):
         """Around the run's first call the cache serves: raises ``LoopDrift`` when the loop does not call the blocks
-        as the registry says (the call's result is then not to be used)."""
+        as the registry says (the call's result is then not to be used).
+
+        ``swapped_lists``: the lists cache-dit's forward swaps in for a call (each its wrapper alone). Where the pack's
+        call runs around that forward (a family whose forward runs no wrappers: ``forward_runs_wrappers``), the
+        module still holds its own lists here, and the stand-ins join the swapped ones, in place, for the call."""
         module, lists = self.target.module, self.target.block_lists
         wrapped = [getattr(module, entry.attr) for entry in lists]   # cache-dit's wrappers, for this call
+        in_place = False
+        if (not self.target.family.forward_runs_wrappers and len(swapped_lists) == len(lists)
+                and all(len(wrappers) == 1 for wrappers in swapped_lists)):
+            wrapped, in_place = list(swapped_lists), True
         if any(len(wrappers) != 1 for wrappers in wrapped):
             yield   # not cache-dit's single wrapper (the call runs around the cache): nothing to watch
             return
@@ -68,7 +76,10 @@ class BlockContract:
                 hooks.append(wrappers[0].register_forward_pre_hook(recorder.list_called, with_kwargs=True,
                                                                    prepend=True))
                 hooks.append(recorder.blocks[0].register_forward_hook(recorder.first_block_returned, prepend=True))
-                setattr(module, entry.attr, torch.nn.ModuleList([*wrappers, *recorder.stand_ins]))
+                if in_place:
+                    wrappers.extend(recorder.stand_ins)
+                else:
+                    setattr(module, entry.attr, torch.nn.ModuleList([*wrappers, *recorder.stand_ins]))
             yield
             for recorder in recorders:
                 recorder.check_all_called()
@@ -76,7 +87,10 @@ class BlockContract:
             for hook in hooks:
                 hook.remove()
             for entry, wrappers in zip(lists, wrapped):
-                setattr(module, entry.attr, wrappers)
+                if in_place:
+                    del wrappers[1:]
+                else:
+                    setattr(module, entry.attr, wrappers)
 
 
 class ListRecorder:

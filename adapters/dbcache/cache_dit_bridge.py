@@ -77,6 +77,8 @@ class CachedModule:
         self.check_forward_pattern = check_forward_pattern
         self.keep_wrappers = keep_wrappers
         self.wrappers: list[torch.nn.Module] = []   # cache-dit's wrapper of each list (``keep_wrappers`` only)
+        # The lists cache-dit's forward swaps in for each call, the wrapper in each (``keep_wrappers`` only).
+        self.swapped_lists: list[torch.nn.ModuleList] = []
         self._adapter = None
         self._own_forward = None   # the instance's own forward before cache-dit patched it (normally none)
         self._manager = None       # the context manager whose decision is routed (``route_decisions``)
@@ -120,6 +122,7 @@ class CachedModule:
                 cache_dit.disable_cache(self._adapter)
         self._restore_own_forward()
         self.wrappers = []
+        self.swapped_lists = []
 
     @contextlib.contextmanager
     def _empty_lists_aside(self):
@@ -166,6 +169,7 @@ class CachedModule:
             built = build.__func__(cls, block_adapter, contexts_kwargs)
             for per_transformer in built:
                 self.wrappers.extend(wrapper for wrappers in per_transformer.values() for wrapper in wrappers)
+                self.swapped_lists.extend(per_transformer.values())
             return built
 
         CachedAdapter.collect_unified_blocks = classmethod(build_and_keep)

@@ -45,7 +45,10 @@ class CacheRun(SamplingRun):
                                   [ListToCache(entry.attr, blocks, entry.forward_pattern)
                                    for entry, blocks in zip(lists, modules)],
                                   target.family.check_forward_pattern,
-                                  keep_wrappers=any(entry.hidden_kwargs or entry.hidden_pair for entry in lists))
+                                  # A forward that runs no wrappers calls the loop outside the pack's call: the
+                                  # first call's check watches the lists cache-dit swaps in (``first_call``).
+                                  keep_wrappers=(any(entry.hidden_kwargs or entry.hidden_pair for entry in lists)
+                                                 or not target.family.forward_runs_wrappers))
         settings = plan.settings
         modulation = target.family.modulation
         self.probe = BlockProbe(lists, modules, settings.Fn_compute_blocks, settings.Bn_compute_blocks,
@@ -72,7 +75,7 @@ class CacheRun(SamplingRun):
         return self.contract.signature_mismatch()
 
     def _first_call(self):
-        return self.contract.first_call()
+        return self.contract.first_call(self.cache.swapped_lists)
 
     def _open(self) -> None:
         # Quiet for the whole run, not only around its own calls into cache-dit: on several devices each

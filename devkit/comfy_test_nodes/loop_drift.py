@@ -24,6 +24,10 @@ import comfy.patcher_extension
 KREA2_BLOCK_CALL = "combined = block(combined, tvec, freqs, None, "
 FLUX_SINGLE_CALL = "img = block(img, vec=vec, pe=pe, "
 MINIMAX_BLOCK_CALL = "h = block(h, t_emb, mod_segments, rope_freqs, "
+ERNIE_BLOCK_CALL = "hidden_states = layer(hidden_states, rotary_pos_emb, temb)"
+ERNIE_FINAL_CALL = "self.final_norm(hidden_states, c)"
+# ERNIE-Image's loop tells its blocks no index: the change that hands each block its own value numbers them.
+ERNIE_NUMBERED = ("for layer in self.layers:", "for i, layer in enumerate(self.layers):")
 
 # family -> (the class whose method runs the loop, that method, the block class (the list it changes),
 #            the final layer class); Flux's double-stream blocks are its own family key, "flux_double".
@@ -36,6 +40,8 @@ FAMILIES = {
                     "comfy.ldm.flux.layers.LastLayer"),
     "minimax_h3": ("comfy.ldm.minimax.model.MiniMaxH3Model", "_forward", "comfy.ldm.minimax.model.DiTBlock",
                    "comfy.ldm.minimax.model.FinalLayer"),
+    "ernie_image": ("comfy.ldm.ernie.model.ErnieImageModel", "forward",
+                    "comfy.ldm.ernie.model.ErnieImageSharedAdaLNBlock", "comfy.ldm.ernie.model.ErnieImageAdaLNContinuous"),
 }
 
 # (family, change) -> (edits of the loop's source, the block's change, the final layer's change). A block or
@@ -93,6 +99,20 @@ CHANGES = {
         (("self.final_layer(h, t_emb, ", "self.final_layer(t_emb, h, "),), None, "reordered"),
     ("minimax_h3", "final_layer_gets_a_copy"): (
         (("self.final_layer(h, t_emb, ", "self.final_layer(h.clone(), t_emb, "),), None, None),
+
+    ("ernie_image", "block_hidden_by_keyword"): (
+        ((ERNIE_BLOCK_CALL, "hidden_states = layer(x=hidden_states, rotary_pos_emb=rotary_pos_emb, temb=temb)"),),
+        None, None),
+    ("ernie_image", "own_value_per_block"): (
+        (ERNIE_NUMBERED, (ERNIE_BLOCK_CALL, ERNIE_BLOCK_CALL[:-1] + ", drift_gain=1.0 + 0.05 * i)")), "gain_keyword",
+        None),
+    ("ernie_image", "block_returns_extra"): (
+        ((ERNIE_BLOCK_CALL, ERNIE_BLOCK_CALL.replace("hidden_states =", "hidden_states, _drift_extra =", 1)),),
+        "returns_extra", None),
+    ("ernie_image", "final_layer_reordered"): (
+        ((ERNIE_FINAL_CALL, "self.final_norm(c, hidden_states)"),), None, "reordered"),
+    ("ernie_image", "final_layer_gets_a_copy"): (
+        ((ERNIE_FINAL_CALL, "self.final_norm(hidden_states.clone(), c)"),), None, None),
 }
 
 

@@ -1,7 +1,7 @@
 """When ComfyUI's model code changes under the pack: never a silently wrong image, never an error naming nothing.
 
 ``Krea2TestLoopDrift`` changes ComfyUI's own code for one sampling run as an upstream update might (the loop,
-a block or the final layer of Krea-2, Flux, or MiniMax H3), in the real server, before the cache node. Each
+a block or the final layer of Krea-2, Flux, MiniMax H3 or ERNIE-Image), in the real server, before the cache node. Each
 change through both nodes:
 
 - a change the method does not rely on: the run is cached as before, its image bit-identical to the
@@ -61,6 +61,10 @@ FLUX = Family("flux", "family_server", "Flux.1 / Flux.2 (ComfyUI native)", "Sing
 FLUX_DOUBLE = dataclasses.replace(FLUX, key="flux_double", block="DoubleStreamBlock")
 MINIMAX = Family("minimax_h3", "minimax_server", "MiniMax H3 (ComfyUI native)", "DiTBlock", "FinalLayer",
                  "minimax_h3", build=with_separate_av, outputs=("7", "15"))
+# ERNIE-Image: its forward runs no DIFFUSION_MODEL wrappers, so the nodes route its calls themselves; the changed
+# forward is what they route.
+ERNIE_IMAGE = Family("ernie_image", "ernie_image_server", "ERNIE-Image (ComfyUI native)", "ErnieImageSharedAdaLNBlock",
+                     "ErnieImageAdaLNContinuous", "ernie_image")
 
 # (family, change, CFG layouts, what DBCache does, what the Forecast node does)
 CASES = [
@@ -75,7 +79,7 @@ CASES = [
     (KREA2, "final_layer_reordered", ("none",), CACHED, CACHED),
     (KREA2, "final_layer_renamed", ("none",), CACHED, ASIDE),
     (KREA2, "final_layer_gets_a_copy", ("none",), CACHED, ASIDE),
-    *[(family, change, ("none",), dbcache, forecast) for family in (FLUX, MINIMAX)
+    *[(family, change, ("none",), dbcache, forecast) for family in (FLUX, MINIMAX, ERNIE_IMAGE)
       for change, dbcache, forecast in (("block_hidden_by_keyword", ASIDE, CACHED),
                                         ("own_value_per_block", ASIDE, CHANGED_MATH),
                                         ("block_returns_extra", ASIDE, CACHED),
