@@ -1,7 +1,9 @@
 """Soak: one real ComfyUI server (CPU) taking hundreds of mixed prompts, as a server that runs all day does.
 
-A seeded plan (the same prompts, in the same order, for the same ``--seed``) mixes Krea-2 and two
-other families (Wan 2.1 and Flux.1, tiny seeded checkpoints from ``devkit/``), CFG 1, batched CFG
+A seeded plan (the same prompts, in the same order, for the same ``--seed``) mixes Krea-2 and three
+other families (Wan 2.1, Flux.1 and ERNIE-Image, tiny seeded checkpoints from ``devkit/``; ERNIE-Image's
+loaded at its size by the test node pack's ``Krea2TestSizedUNETLoader``, since ComfyUI builds it only at
+8B, and its forward routed through the nodes' own wrapper, unlike the others'), CFG 1, batched CFG
 and split CFG (a negative prompt that cannot batch with the positive), the DBCache node with step
 masks, thresholds and calibrators, caching off, no node, the Spectrum forecasting node, a few
 interrupts (``POST /interrupt`` while the prompt samples), a few bad inputs (each must be refused
@@ -48,14 +50,15 @@ import urllib.request
 from pathlib import Path
 
 from devkit.comfy_harness import FREE, STATS_ROUTE, TENSOR_ROUTE, ComfyServer, find_comfyui, prompt_error
-from devkit.comfy_models import FAMILY_MODELS, make_family_checkpoint  # loads the pack
+from devkit.comfy_models import FAMILY_MODELS, make_ernie_image_checkpoint, make_family_checkpoint  # loads the pack
 from devkit.family_prompts import FAMILIES, family_prompt
 from devkit.krea2_prompts import TINY_MODEL, with_forecast
 from devkit.krea2_synthetic import Krea2Shape, save_native_checkpoint
 
 BENCH_DIR = Path(__file__).resolve().parent
 
-SOAK_FAMILIES = {"krea2": 0.5, "wan": 0.25, "flux1": 0.25}   # family -> share of the prompts that sample
+# family -> share of the prompts that sample
+SOAK_FAMILIES = {"krea2": 0.45, "wan": 0.2, "flux1": 0.2, "ernie_image": 0.15}
 STORE_LIMIT = 50            # the recent-runs store keeps this many records (nodes/routes.py RecentRuns)
 OFF = {"residual_diff_threshold": 0.0, "steps_mask": "none"}
 INTERRUPT_STEPS = 400       # long enough to be interrupted while it samples
@@ -162,12 +165,14 @@ def make_plan(count: int, seed: int = 0) -> list[Item]:
 # --- the server -------------------------------------------------------------------------
 
 def start_server(comfy_root: Path, base: Path) -> ComfyServer:
-    """One ComfyUI (CPU, classic cache) with the tiny Krea-2, Wan and Flux.1 checkpoints."""
+    """One ComfyUI (CPU, classic cache) with the tiny Krea-2, Wan, Flux.1 and ERNIE-Image checkpoints."""
     ComfyServer.prepare_base_dir(base)
     models = base / "models" / "diffusion_models"
     save_native_checkpoint(models / TINY_MODEL, Krea2Shape(), seed=0)
     for family in SOAK_FAMILIES:
-        if family != "krea2":
+        if family == "ernie_image":   # its size in its metadata, for the test loader
+            make_ernie_image_checkpoint(comfy_root, models / FAMILY_MODELS[family], seed=1)
+        elif family != "krea2":
             make_family_checkpoint(comfy_root, family, models / FAMILY_MODELS[family], seed=1)
     return ComfyServer(comfy_root, base, extra_args=["--cache-classic"]).start()
 

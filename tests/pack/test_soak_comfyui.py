@@ -1,5 +1,5 @@
 """The soak benchmark in short (``benchmarks/soak.py``, its own code): 60 mixed prompts on one real
-ComfyUI server (Krea-2, Wan, Flux.1; CFG 1, batched, split; masks, thresholds, calibrators, caching
+ComfyUI server (Krea-2, Wan, Flux.1, ERNIE-Image; CFG 1, batched, split; masks, thresholds, calibrators, caching
 off, Spectrum; interrupts, bad inputs, model switches, ``/free``), with the long soak's checks.
 
 The memory margins are below what a model kept alive costs: the tiny Krea-2's text path alone is
