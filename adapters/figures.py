@@ -51,24 +51,26 @@ SGLANG_KREA2 = (
 @dataclasses.dataclass(frozen=True)
 class Standing:
     """One setting on one of the proxies: the model calls it computes, its MAE/255 against the uncached image
-    (mean of the peer benchmark's three images) and plain euler's at as many steps as it makes calls."""
+    (mean of the peer benchmark's three images) and plain ``sampler``'s at as many steps as it makes calls (the
+    setting sampled with the same sampler)."""
 
     setting: str
-    steps: int                   # 8: the distilled Turbo proxy, CFG 1; 52: the trained proxy, CFG 3.5
+    steps: int                   # 8: the distilled Turbo proxy, CFG 1; 20 or more: the trained proxy, CFG 3.5
     calls: int
     mae_255: float
-    euler_mae_255: float | None  # None where euler was not run at `calls` steps
+    euler_mae_255: float | None  # None where the sampler was not run at `calls` steps
+    sampler: str = "euler"
 
     def phrase(self, locale: str) -> str:
         speed = self.steps / self.calls
         if locale == "zh":
             text = f"{self.steps} 步中计算 {self.calls} 步（{speed:.1f} 倍），MAE {self.mae_255:.2f}/255"
             if self.euler_mae_255 is not None:
-                text += f"（euler {self.calls} 步：{self.euler_mae_255:.2f}）"
+                text += f"（{self.sampler} {self.calls} 步：{self.euler_mae_255:.2f}）"
             return text
         text = f"{self.calls} of {self.steps} calls ({speed:.1f}x), MAE {self.mae_255:.2f}/255"
         if self.euler_mae_255 is not None:
-            text += f" (euler at {self.calls} steps: {self.euler_mae_255:.2f})"
+            text += f" ({self.sampler} at {self.calls} steps: {self.euler_mae_255:.2f})"
         return text
 
 
@@ -101,6 +103,16 @@ FORECAST_AUTO_STANDINGS = (
     Standing("raw_8_of_52", 52, 8, 2.77, 4.76), Standing("auto", 52, 8, 2.87, 4.76),
     Standing("turbo_4_of_8", 8, 4, 3.34, 4.75), Standing("auto", 8, 4, 3.70, 4.75),
     Standing("turbo_5_of_8", 8, 5, 2.60, 3.83), Standing("auto", 8, 5, 3.90, 3.83),
+)
+
+# benchmarks/results/forecast_multistep.json: the presets and ``auto`` sampled with res_multistep (the sampler of
+# ComfyUI's Z-Image Turbo and MiniMax H3 recipes) beside res_multistep at as many steps, on two more images.
+MULTISTEP = "res_multistep"
+FORECAST_MULTISTEP_STANDINGS = (
+    Standing("turbo_5_of_8", 8, 5, 5.66, 8.41, MULTISTEP), Standing("turbo_4_of_8", 8, 4, 7.46, 8.73, MULTISTEP),
+    Standing("auto", 8, 5, 4.75, 8.41, MULTISTEP), Standing("auto", 8, 4, 7.08, 8.73, MULTISTEP),
+    Standing("raw_1_in_4", 20, 7, 5.55, 6.09, MULTISTEP), Standing("raw_1_in_5", 20, 5, 16.14, 10.38, MULTISTEP),
+    Standing("auto", 20, 10, 2.35, 3.23, MULTISTEP), Standing("auto", 20, 5, 8.52, 10.38, MULTISTEP),
 )
 
 
@@ -209,7 +221,7 @@ CACHE_DIT_OTHERS = (
 def phrases(locale: str) -> list[str]:
     """Every phrase a page in ``locale`` ("en" or "zh") may quote a figure in."""
     standings = [*PRESET_STANDINGS, *SPECTRUM_PAPER_STANDINGS, *DEFAULTS_STANDINGS, *MASK_STANDINGS,
-                 *FORECAST_AUTO_STANDINGS]
+                 *FORECAST_AUTO_STANDINGS, *FORECAST_MULTISTEP_STANDINGS]
     found = [row.phrase(locale) for row in SGLANG_KREA2]
     found += [standing_phrase(s, locale) for s in standings]
     found += [DEFAULTS_TAYLORSEER.phrase(locale), random_weights_phrase(locale),
@@ -222,7 +234,8 @@ def phrases(locale: str) -> list[str]:
 def standing_phrase(standing, locale: str) -> str:
     """A preset's, a mask's or the defaults' standing against fewer steps, in the words of ``Standing``."""
     return Standing(standing.mask if hasattr(standing, "mask") else standing.setting, standing.steps,
-                    standing.calls, standing.mae_255, standing.euler_mae_255).phrase(locale)
+                    standing.calls, standing.mae_255, standing.euler_mae_255,
+                    getattr(standing, "sampler", "euler")).phrase(locale)
 
 
 def standing(setting: str, steps: int) -> Standing:

@@ -95,6 +95,22 @@ def test_the_presets_beside_auto_are_the_forecast_auto_grid():
     assert list(figures.FORECAST_AUTO_STANDINGS) == measured
 
 
+def test_the_multistep_standings_are_the_forecast_multistep_results():
+    """Every row of benchmarks/forecast_multistep.py: a preset or ``auto`` beside res_multistep at as many steps."""
+    results = json.loads((RESULTS / "forecast_multistep.json").read_text())
+    measured = [figures.Standing(row["setting"].split(" ")[0], regime["steps"], row["calls"], round(row["mae"], 2),
+                                 round(row["fewer_steps"], 2), results["sampler"])
+                for regime in results["regimes"].values() for row in regime["rows"]]
+    assert list(figures.FORECAST_MULTISTEP_STANDINGS) == measured
+
+
+def test_the_benchmark_report_quotes_the_multistep_standings():
+    """docs/benchmarks.md says the multistep figures in the module's words (the report is not scanned for strays)."""
+    report = flat((REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8"))
+    missing = [s.phrase("en") for s in figures.FORECAST_MULTISTEP_STANDINGS if s.phrase("en") not in report]
+    assert not missing, missing
+
+
 def test_taylorseer_on_the_defaults_is_the_peer_table():
     c = figures.DEFAULTS_TAYLORSEER
     plain = peers_row(c.steps, "Cache-DiT threshold", "0.24")
