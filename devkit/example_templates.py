@@ -188,13 +188,13 @@ FAMILY_TEMPLATES = {
         clip_type="flux", vae_file=split_file("Comfy-Org/Lumina_Image_2.0_Repackaged", "vae", "ae.safetensors"),
         steps=20, cfg=1.0, guidance=3.5,
         blocks=(19, 38),   # Flux.1 dev: 19 double and 38 single blocks
-        recipe=("Comfy-Org's Flux.1 dev template: 20 steps, CFG 1, guidance 3.5 (its template sets it in "
-                "CLIPTextEncodeFlux; here FluxGuidance), euler, simple."),
+        recipe=("Comfy-Org's Flux.1 dev template: 20 steps, CFG 1, euler, simple, guidance 3.5 (its template leaves "
+                "it at the model's default, 3.5; here FluxGuidance shows it)."),
         evidence=("cache-dit's own figures for FLUX.1-dev (diffusers, 50 steps, DrawBench, NVIDIA L20): its "
                   "F1B0 W4 MC6 R0.24 (the defaults here but 6 cached steps in a row instead of 3) at 3.94x "
                   "fewer TFLOPs, ImageReward 0.9997 against 0.9898 uncached. Theirs, not measured in ComfyUI."),
-        recipe_zh=("Comfy-Org 的 Flux.1 dev 模板：20 步，CFG 1，guidance 3.5（其模板在 CLIPTextEncodeFlux 中设置；这里用 FluxGuidance），"
-                   "euler，simple。"),
+        recipe_zh=("Comfy-Org 的 Flux.1 dev 模板：20 步，CFG 1，euler，simple，guidance 3.5（其模板用模型的默认值 3.5；这里用 FluxGuidance "
+                   "把它显示出来）。"),
         evidence_zh=("cache-dit 自己的 FLUX.1-dev 数据（diffusers，50 步，DrawBench，NVIDIA L20）：其 F1B0 W4 MC6 R0.24（即这里的默认值，"
                      "只是最多连续缓存 6 步而非 3 步）计算量（TFLOPs）减少 3.94 倍，ImageReward 0.9997，未缓存为 0.9898。这是他们的数据，"
                      "不是在 ComfyUI 中测得的。")),
@@ -220,14 +220,15 @@ FAMILY_TEMPLATES = {
                                   "qwen_2.5_vl_7b_fp8_scaled.safetensors"),),
         clip_type="qwen_image",
         vae_file=split_file("Comfy-Org/Qwen-Image_ComfyUI", "vae", "qwen_image_vae.safetensors"),
-        steps=20, cfg=4.0, shift=("ModelSamplingAuraFlow", 3.5), negative=NEGATIVE,
+        steps=20, cfg=4.0, shift=("ModelSamplingAuraFlow", 3.1), negative=NEGATIVE,
         blocks=(60,),   # Qwen-Image: 60 blocks
-        recipe="Comfy-Org's Qwen-Image template: 20 steps, CFG 4, euler, simple, shift 3.5.",
+        recipe=("Comfy-Org's Qwen-Image template as shipped (its Lightning LoRA off): 20 steps, CFG 4, euler, simple, "
+                "shift 3.1."),
         evidence=("cache-dit's own Qwen-Image figures are for other runs than this one: 50 steps on an H100 "
                   "together with 2-GPU Ulysses and FlashAttention-3 (12.75 s to 5.67 s with its cache), and "
                   "Qwen-Image-Lightning at 4 steps (F1B0 W2 MC1 R0.8: 1.33x fewer TFLOPs, PSNR 31.8). None "
                   "for this recipe: the settings are the node's defaults (Krea-2's); judge them here."),
-        recipe_zh="Comfy-Org 的 Qwen-Image 模板：20 步，CFG 4，euler，simple，shift 3.5。",
+        recipe_zh="Comfy-Org 的 Qwen-Image 模板（默认关闭其 Lightning LoRA）：20 步，CFG 4，euler，simple，shift 3.1。",
         evidence_zh=("cache-dit 自己的 Qwen-Image 数据针对的是别的运行方式：H100 上 50 步并配合双 GPU Ulysses 和 FlashAttention-3"
                      "（开启缓存后 12.75 s 降到 5.67 s），以及 4 步的 Qwen-Image-Lightning（F1B0 W2 MC1 R0.8：计算量减少 1.33 倍，PSNR 31.8）。"
                      "没有针对此配方的数据：这里用的是节点默认值（Krea-2 的）；请在这里判断。"),
@@ -238,21 +239,21 @@ FAMILY_TEMPLATES = {
         model=split_file(ZIMAGE, "diffusion_models", "z_image_turbo_bf16.safetensors"),
         text_encoders=(split_file(ZIMAGE, "text_encoders", "qwen_3_4b.safetensors"),),
         clip_type="lumina2", vae_file=split_file(ZIMAGE, "vae", "ae.safetensors"),
-        steps=9, cfg=1.0, sampler="res_multistep", shift=("ModelSamplingAuraFlow", 3.0),
+        steps=8, cfg=1.0, sampler="res_multistep", shift=("ModelSamplingAuraFlow", 3.0),
         blocks=(30,),   # Z-Image Turbo: 30 main layers (its refiners are not cached)
-        recipe="ComfyUI's Z-Image Turbo recipe: 9 steps at CFG 1 (one call per step), res_multistep, simple, shift 3.",
+        recipe=("Comfy-Org's Z-Image Turbo template: 8 steps at CFG 1 (one call per step), res_multistep, simple, "
+                "shift 3."),
         evidence=("cache-dit's own Z-Image-Turbo figure is a speed figure only, with no image deviation (9 steps, "
                   "1024x1024 on 4 NVIDIA L20 with Ulysses and FP8 all-to-all: 1.89 s to 1.63 s with F1B0, warmup 4, "
                   "threshold 0.6 and a step mask). The settings are the node's defaults (Krea-2's): judge them here, "
                   "on your own prompts."),
-        recipe_zh="ComfyUI 的 Z-Image Turbo 配方：CFG 1 下 9 步（每步一次模型调用），res_multistep，simple，shift 3。",
+        recipe_zh="Comfy-Org 的 Z-Image Turbo 模板：CFG 1 下 8 步（每步一次模型调用），res_multistep，simple，shift 3。",
         evidence_zh=("cache-dit 自己的 Z-Image-Turbo 数据只是速度数据，没有图像偏差（9 步，1024x1024，4 张 NVIDIA L20，Ulysses 加 FP8 "
                      "all-to-all：F1B0、预热 4、阈值 0.6 加步骤掩码时从 1.89 s 降到 1.63 s）。这里用的是节点默认值（Krea-2 的）：请在这里用你自己的"
                      "提示词判断。")),
     "chroma_compare.json": FamilyTemplate(
         title="Chroma1-HD", family=CHROMA, stand_in="chroma", vae="flux",
-        model=ModelFile("Chroma1-HD-fp8_scaled_rev2.safetensors", "diffusion_models",
-                        f"{HF}/silveroxides/Chroma1-HD-fp8-scaled/resolve/main/Chroma1-HD-fp8_scaled_rev2.safetensors"),
+        model=split_file("Comfy-Org/Chroma1-HD_repackaged", "diffusion_models", "Chroma1-HD-fp8mixed.safetensors"),
         text_encoders=(ModelFile("t5xxl_fp8_e4m3fn_scaled.safetensors", "text_encoders",
                                  f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/"
                                  "t5xxl_fp8_e4m3fn_scaled.safetensors"),),
@@ -274,19 +275,19 @@ FAMILY_TEMPLATES = {
         text_encoders=(split_file("Comfy-Org/Wan_2.1_ComfyUI_repackaged", "text_encoders",
                                   "umt5_xxl_fp8_e4m3fn_scaled.safetensors"),),
         clip_type="wan", vae_file=split_file(WAN22, "vae", "wan_2.1_vae.safetensors"),
-        steps=20, cfg=3.5, shift=("ModelSamplingSD3", 8.0), negative=NEGATIVE, split_step=10,
+        steps=20, cfg=3.5, shift=("ModelSamplingSD3", 5.0), negative=NEGATIVE, split_step=10,
         blocks=(40,),   # Wan 2.2 A14B: 40 blocks in each expert
         latent="EmptyHunyuanLatentVideo", latent_size={"width": 832, "height": 480, "length": 81},
-        recipe=("Comfy-Org's Wan 2.2 14B text-to-video template: 20 steps, CFG 3.5, euler, simple, shift 8 on "
-                "both experts, the high-noise model for steps 0-10 and the low-noise one for 10-20 "
-                "(KSamplerAdvanced). Its video is 1280x704, 121 frames; here 832x480, 81 frames, since the "
-                "graph samples it three times. Each frame is saved as an image; for a video file, add CreateVideo "
+        recipe=("Comfy-Org's Wan 2.2 14B text-to-video template as shipped (its 4-step LoRAs off): 20 steps, CFG 3.5, "
+                "euler, simple, shift 5 on both experts, the high-noise model for steps 0-10 and the low-noise one for "
+                "10-20 (KSamplerAdvanced), 81 frames at 640x640 (here 832x480, about as many pixels in the usual "
+                "widescreen shape). Each frame is saved as an image; for a video file, add CreateVideo "
                 "and SaveVideo after a VAE Decode."),
         evidence=("Each expert gets its own cache node (the two are different models, and the record of each "
                   "run is its own: the high-noise run's 10 steps, then the low-noise run's 10). "
                   + NO_FIGURES.format(model="Wan 2.2")),
-        recipe_zh=("Comfy-Org 的 Wan 2.2 14B 文生视频模板：20 步，CFG 3.5，euler，simple，两个专家模型都用 shift 8，高噪声模型负责第 0-10 步，"
-                   "低噪声模型负责第 10-20 步（KSamplerAdvanced）。其视频为 1280x704、121 帧；这里为 832x480、81 帧，因为此工作流要采样三次。"
+        recipe_zh=("Comfy-Org 的 Wan 2.2 14B 文生视频模板（默认关闭其 4 步 LoRA）：20 步，CFG 3.5，euler，simple，两个专家模型都用 shift 5，高噪声模型负责第 0-10 步，"
+                   "低噪声模型负责第 10-20 步（KSamplerAdvanced）。81 帧，640x640（这里为 832x480，像素数相近，常用的宽屏比例）。"
                    "每一帧保存为图片；要得到视频文件，在 VAE 解码后加 CreateVideo 和 SaveVideo。"),
         evidence_zh=("每个专家模型有自己的缓存节点（两者是不同的模型，每次运行的记录各自独立：先是高噪声运行的 10 步，再是低噪声运行的 10 步）。"
                      + NO_FIGURES_ZH.format(model="Wan 2.2")),

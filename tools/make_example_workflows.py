@@ -35,7 +35,7 @@ HF = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main"
 
 # The Comfy-Org Krea-2 files (https://huggingface.co/Comfy-Org/Krea-2), by loader input.
 MODEL_FILES = {
-    "turbo": ("krea2_turbo_bf16.safetensors", "diffusion_models"),
+    "turbo": ("krea2_turbo_fp8_scaled.safetensors", "diffusion_models"),
     "raw": ("krea2_raw_bf16.safetensors", "diffusion_models"),
     "text_encoder": ("qwen3vl_4b_bf16.safetensors", "text_encoders"),
     "vae": ("qwen_image_vae.safetensors", "vae"),

@@ -55,7 +55,7 @@ CONTROL_VALUES = {"fixed", "increment", "decrement", "randomize"}
 KREA2_ORG = "https://huggingface.co/Comfy-Org/Krea-2/resolve/main/"
 KREA2_TEXT_AND_VAE = {name: f"{KREA2_ORG}{directory}/{name}" for name, directory in (
     ("qwen3vl_4b_bf16.safetensors", "text_encoders"), ("qwen_image_vae.safetensors", "vae"))}
-TURBO_FILES = {"krea2_turbo_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_turbo_bf16.safetensors",
+TURBO_FILES = {"krea2_turbo_fp8_scaled.safetensors": f"{KREA2_ORG}diffusion_models/krea2_turbo_fp8_scaled.safetensors",
                **KREA2_TEXT_AND_VAE}
 RAW_FILES = {"krea2_raw_bf16.safetensors": f"{KREA2_ORG}diffusion_models/krea2_raw_bf16.safetensors",
              **KREA2_TEXT_AND_VAE}
