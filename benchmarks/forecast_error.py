@@ -235,6 +235,10 @@ class ProxySampler:
         latent = comfy.sample.fix_empty_latent_channels(self.model, torch.zeros(1, 4, 16, 16))  # EmptyLatentImage 128
         return positive, negative, latent, comfy.sample.prepare_noise(latent, seed)
 
+    def patched(self, settings: ForecastSettings):
+        """The proxy through the Forecast node, its ``preset`` input set to run ``settings``."""
+        return self.node.execute(self.model, node_preset(settings)).args[0]
+
     def sample(self, image, steps: int, cfg: float, settings: ForecastSettings | None) -> Sampled:
         import comfy.sample
 
@@ -250,7 +254,7 @@ class ProxySampler:
             hooks = [self.final_layer.register_forward_pre_hook(lambda module, args: features.append(args[0].detach().clone())),
                      self.final_layer.register_forward_hook(lambda module, args, out: outputs.append(out.detach().clone()))]
         else:
-            model = self.node.execute(self.model, node_preset(settings)).args[0]
+            model = self.patched(settings)
         try:
             out = comfy.sample.sample(model, noise, steps, cfg, "euler", "simple", positive, negative, latent,
                                       disable_pbar=True, seed=image[1], callback=callback)
