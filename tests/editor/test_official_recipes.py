@@ -111,6 +111,7 @@ def recipe_branches(name: str) -> list[Recipe]:
     if len(recipes) == 1:
         return recipes
     branches = [r for r in recipes if r.title and re.search(r"\((uncached|Cache-DiT)\)$", r.title)]
+    # Every sampler but the fewer-steps branch's (a third of them: one per expert).
     assert branches and len(branches) == len(recipes) - len(recipes) // 3, [r.title for r in recipes]
     return branches
 
