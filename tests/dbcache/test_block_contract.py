@@ -2,7 +2,8 @@
 ComfyUI's might: each verdict and its wording.
 
 The check of the loop's first call (what the loop hands each block, what a block returns) runs on ComfyUI's own
-Krea-2, Flux and MiniMax H3 code changed in the real server (tests/families/test_loop_drift_comfyui.py).
+Krea-2, Flux, MiniMax H3 and ERNIE-Image code changed in the real server (tests/families/test_loop_drift_comfyui.py;
+ERNIE-Image's forward runs outside the model wrappers, so there the check watches the lists cache-dit swaps in).
 """
 
 from __future__ import annotations
