@@ -57,6 +57,14 @@ import comfy.cli_args, comfy.model_detection, comfy.ops, torch
 from safetensors.torch import save_file
 
 metadata = None   # the checkpoint's safetensors metadata, where ComfyUI reads config from it
+# Z-Image, Qwen-Image and Chroma: ComfyUI's loaders detect them only at their real width, so their stand-ins are
+# narrow, with their size in the metadata for the test node pack's ``Krea2TestSizedUNETLoader`` (``sized``: the
+# unet config it builds them at, and the model config class where detection would pick another); the
+# "<family>_shallow" files keep the real width and few blocks, for the loaders that detect (UNETLoader's fp8 and
+# comfy_quant files, ComfyUI-GGUF's).
+shallow = family.endswith("_shallow")
+family = family.removesuffix("_shallow")
+sized = None
 if family.startswith("wan"):
     from comfy.ldm.wan.model import VaceWanModel, WanModel
     # Narrow: ComfyUI reads dim, heads (dim // 128), ffn_dim and the block count from the shapes.
@@ -69,9 +77,11 @@ if family.startswith("wan"):
     dtype = torch.float32
 elif family == "qwen_image":
     from comfy.ldm.qwen_image.model import QwenImageTransformer2DModel
-    # ComfyUI 0.33 reads only the block count and input width from the shapes: the rest (24 heads of
-    # 128, text width 3584) is fixed, so the model is shallow (2 blocks), not narrow.
-    model = QwenImageTransformer2DModel(num_layers=2, device="meta", operations=comfy.ops.disable_weight_init)
+    # ComfyUI 0.33 reads only the block count and input width from the shapes: the rest (24 heads of 128, text
+    # width 3584) is fixed. The stand-in: one head of 128, 2 blocks, the real text width; shallow: 24 heads.
+    sized = {} if shallow else dict(num_attention_heads=1, attention_head_dim=128)
+    model = QwenImageTransformer2DModel(num_layers=2, device="meta", operations=comfy.ops.disable_weight_init,
+                                        **sized)
     expected, dtype = "QwenImage", torch.bfloat16
 elif family.startswith("flux"):
     from comfy.ldm.flux.model import Flux
@@ -93,12 +103,15 @@ elif family.startswith("flux"):
 elif family == "chroma":
     from comfy.ldm.chroma.model import Chroma
     # ComfyUI 0.33 detects Chroma's width from img_in/txt_in but fixes its approximator (5 layers of 5120,
-    # out 3072): the blocks add its modulation to the hidden states, so the model is 3072 wide and shallow
-    # (2 double + 2 single blocks, 1.9 GB in bf16). The text width is read from txt_in (64 here).
-    model = Chroma(in_channels=64, out_channels=64, context_in_dim=64, hidden_size=3072, mlp_ratio=4.0,
-                   num_heads=24, depth=2, depth_single_blocks=2, axes_dim=[16, 56, 56], theta=10000, patch_size=2,
-                   qkv_bias=True, in_dim=64, out_dim=3072, hidden_dim=5120, n_layers=5, txt_ids_dims=[],
-                   vec_in_dim=None, device="meta", operations=comfy.ops.disable_weight_init)
+    # out 3072), whose modulation the blocks add to the hidden states: detected, the model is 3072 wide (shallow:
+    # 2 double + 2 single blocks, 1.9 GB in bf16). The stand-in: 128 wide (one head), its approximator 2 layers
+    # of 128. The text width is read from txt_in (64 here).
+    width = dict(hidden_size=3072, num_heads=24, out_dim=3072, hidden_dim=5120, n_layers=5) if shallow else \
+        dict(hidden_size=128, num_heads=1, out_dim=128, hidden_dim=128, n_layers=2)
+    sized = None if shallow else {key: width[key] for key in ("out_dim", "hidden_dim", "n_layers")}
+    model = Chroma(in_channels=64, out_channels=64, context_in_dim=64, mlp_ratio=4.0, depth=2, depth_single_blocks=2,
+                   axes_dim=[16, 56, 56], theta=10000, patch_size=2, qkv_bias=True, in_dim=64, txt_ids_dims=[],
+                   vec_in_dim=None, device="meta", operations=comfy.ops.disable_weight_init, **width)
     expected, dtype = "Chroma", torch.bfloat16
 elif family == "ltxv":
     from comfy.ldm.lightricks.model import LTXVModel
@@ -141,12 +154,17 @@ elif family.startswith("hunyuan"):
     dtype = torch.float32
 else:
     from comfy.ldm.lumina.model import NextDiT
-    # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks): shallow instead.
-    model = NextDiT(patch_size=2, in_channels=16, dim=3840, n_layers=2, n_refiner_layers=2, n_heads=30,
-                    n_kv_heads=30, qk_norm=True, cap_feat_dim=64, axes_dims=[32, 48, 48],
-                    axes_lens=[1536, 512, 512], rope_theta=256.0, ffn_dim_multiplier=8.0 / 3.0,
+    # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks; shallow: 2 blocks); narrower,
+    # it reads as Lumina 2 without its heads. The stand-in: 256 wide (its blocks take the step's 256-wide embedding),
+    # two heads of the real 32 + 48 + 48, 2 blocks.
+    heads = dict(dim=3840, n_heads=30, n_kv_heads=30) if shallow else dict(dim=256, n_heads=2, n_kv_heads=2)
+    model = NextDiT(patch_size=2, in_channels=16, n_layers=2, n_refiner_layers=2, qk_norm=True, cap_feat_dim=64,
+                    axes_dims=[32, 48, 48], axes_lens=[1536, 512, 512], rope_theta=256.0, ffn_dim_multiplier=8.0 / 3.0,
                     z_image_modulation=True, time_scale=1000.0, pad_tokens_multiple=32, device="meta",
-                    operations=comfy.ops.disable_weight_init)
+                    operations=comfy.ops.disable_weight_init, **heads)
+    if not shallow:
+        sized = dict(n_heads=2, n_kv_heads=2, axes_dims=[32, 48, 48], axes_lens=[1536, 512, 512], rope_theta=256.0,
+                     ffn_dim_multiplier=8.0 / 3.0, z_image_modulation=True, time_scale=1000.0, pad_tokens_multiple=32)
     expected, dtype = "ZImage", torch.bfloat16
 
 generator = torch.Generator().manual_seed(seed)
@@ -179,8 +197,10 @@ for name, tensor in model.state_dict().items():
         fast = torch.arange(128) < 96
         value[:, torch.cat([fast, fast])] *= 0.05
     state[name] = value.to(dtype)
+if sized is not None:
+    metadata = {"krea2_test_unet_config": json.dumps(sized), "krea2_test_model_config": expected}
 config = comfy.model_detection.model_config_from_unet(state, "", metadata=metadata)
-assert type(config).__name__ == expected, f"ComfyUI detects {type(config).__name__}, not {expected}"
+assert sized is not None or type(config).__name__ == expected, f"ComfyUI detects {type(config).__name__}, not {expected}"
 if family.startswith("flux"):
     assert config.unet_config["guidance_embed"] == (family != "flux2_klein"), config.unet_config
 save_file(state, out_path, metadata=metadata)
@@ -189,22 +209,31 @@ print(json.dumps({"class": type(config).__name__, "unet_config": {k: str(v) for 
 
 # The families the cache node supports besides Krea-2, by the file their test checkpoint gets.
 FAMILY_MODELS = {"wan": "wan_tiny.safetensors", "wan_low": "wan_tiny_low_noise.safetensors",
-                 "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_shallow.safetensors",
-                 "qwen_image": "qwen_image_shallow.safetensors",
+                 "wan_vace": "wan_tiny_vace.safetensors", "zimage": "zimage_tiny.safetensors",
+                 "qwen_image": "qwen_image_tiny.safetensors",
                  "flux1": "flux1_tiny.safetensors", "flux2": "flux2_tiny.safetensors",
-                 "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_shallow.safetensors",
+                 "flux2_klein": "flux2_klein_tiny.safetensors", "chroma": "chroma_tiny.safetensors",
                  "ltxv": "ltxv_tiny.safetensors",
                  "hunyuan_video15": "hunyuan_video15_tiny.safetensors",
                  "hunyuan_image21": "hunyuan_image21_tiny.safetensors"}
 
 
+# The real-width files of the families whose stand-ins are narrow (loaded with ``Krea2TestSizedUNETLoader``): what
+# ComfyUI's own loaders detect, for the tests of the file formats those loaders read.
+SHALLOW_MODELS = {"zimage": "zimage_shallow.safetensors", "qwen_image": "qwen_image_shallow.safetensors",
+                  "chroma": "chroma_shallow.safetensors"}
+
+
 def make_family_checkpoint(comfy_root: Path, family: str, path: Path, seed: int = 0) -> Path:
     """A seeded-random ``family``: "wan"/"wan_low" Wan 2.1 t2v (4 blocks), "wan_vace" Wan VACE, "zimage"
-    Z-Image (2 blocks, 2.1 GB in bf16), "qwen_image" Qwen-Image (2 blocks, 1.4 GB in bf16), "flux1" Flux.1 dev, "flux2" Flux.2 dev, "flux2_klein" Flux.2 Klein
-    (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2 single blocks, 1.9 GB in bf16), "ltxv" LTXV (4 blocks, width 128),
-    "ltx2" LTX-2 (4 blocks, video width 128, audio 64, its widths in the file's metadata config),
-    "hunyuan_video15" HunyuanVideo 1.5 t2v (3 double blocks, width 128), "hunyuan_image21" HunyuanImage 2.1
-    (2 double + 2 single blocks, width 128)."""
+    Z-Image (2 blocks, width 256), "qwen_image" Qwen-Image (2 blocks, width 128), "flux1" Flux.1 dev, "flux2"
+    Flux.2 dev, "flux2_klein" Flux.2 Klein (2 double + 3 single blocks, width 128), "chroma" Chroma (2 double + 2
+    single blocks, width 128), "ltxv" LTXV (4 blocks, width 128), "ltx2" LTX-2 (4 blocks, video width 128, audio 64,
+    its widths in the file's metadata config), "hunyuan_video15" HunyuanVideo 1.5 t2v (3 double blocks, width 128),
+    "hunyuan_image21" HunyuanImage 2.1 (2 double + 2 single blocks, width 128). Z-Image, Qwen-Image and Chroma
+    carry their size in their metadata (load them with ``Krea2TestSizedUNETLoader``); "zimage_shallow",
+    "qwen_image_shallow" and "chroma_shallow" are the same blocks at the real width, as ComfyUI's loaders detect
+    them (2.1, 1.4 and 1.9 GB in bf16)."""
     return _generated(comfy_root, path, f"{family}-s{seed}", _FAMILY_SCRIPT, family, str(seed), timeout=900)
 
 

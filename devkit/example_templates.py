@@ -231,9 +231,7 @@ FAMILY_TEMPLATES = {
         recipe_zh="Comfy-Org 的 Qwen-Image 模板（默认关闭其 Lightning LoRA）：20 步，CFG 4，euler，simple，shift 3.1。",
         evidence_zh=("cache-dit 自己的 Qwen-Image 数据针对的是别的运行方式：H100 上 50 步并配合双 GPU Ulysses 和 FlashAttention-3"
                      "（开启缓存后 12.75 s 降到 5.67 s），以及 4 步的 Qwen-Image-Lightning（F1B0 W2 MC1 R0.8：计算量减少 1.33 倍，PSNR 31.8）。"
-                     "没有针对此配方的数据：这里用的是节点默认值（Krea-2 的）；请在这里判断。"),
-        # The stand-in is shallow but 3072 wide (ComfyUI detects Qwen-Image only at full width): ~1 s a call.
-        stand_in_steps=6),
+                     "没有针对此配方的数据：这里用的是节点默认值（Krea-2 的）；请在这里判断。")),
     "zimage_turbo_compare.json": FamilyTemplate(
         title="Z-Image Turbo", family="Z-Image / Lumina 2 (ComfyUI native)", stand_in="zimage", vae="flux",
         model=split_file(ZIMAGE, "diffusion_models", "z_image_turbo_bf16.safetensors"),
@@ -264,10 +262,7 @@ FAMILY_TEMPLATES = {
                 "them with SamplerCustomAdvanced; here a KSampler)."),
         evidence=NO_FIGURES.format(model="Chroma"),
         recipe_zh="Comfy-Org 的 Chroma1-HD 模板：26 步，CFG 3.5，euler，beta，shift 1（其模板用 SamplerCustomAdvanced 采样；这里用 KSampler）。",
-        evidence_zh=NO_FIGURES_ZH.format(model="Chroma"),
-        # Each Chroma call recomputes its 5-layer, 5120-wide modulation table (5-15 s a call on 2 CPU cores):
-        # the stand-in samples 2 steps, enough to run the graph; caching on Chroma is its own tests' subject.
-        stand_in_steps=2),
+        evidence_zh=NO_FIGURES_ZH.format(model="Chroma")),
     "wan22_t2v_compare.json": FamilyTemplate(
         title="Wan 2.2 T2V A14B", family="Wan 2.1/2.2 (ComfyUI native)", stand_in="wan", vae="wan21",
         model=split_file(WAN22, "diffusion_models", "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"),

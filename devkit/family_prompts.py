@@ -51,6 +51,8 @@ class FamilySpec:
         return self.lists or (("double", self.blocks),)
 
 
+# The test node pack's loader of the stand-ins ComfyUI's detection would build at another size.
+SIZED_LOADER = "Krea2TestSizedUNETLoader"
 # The servers made with the session, holding their families' checkpoints from the start.
 SESSION_SERVERS = ("comfy_server", "family_server")
 FLUX = "Flux.1 / Flux.2 (ComfyUI native)"
@@ -64,10 +66,14 @@ FAMILIES = {
                         node="Krea2CacheDiT", server="comfy_server"),
     "wan": FamilySpec(FAMILY_MODELS["wan"], "Wan 2.1/2.2 (ComfyUI native)", 4, 4096, {
         "class_type": "EmptyHunyuanLatentVideo", "inputs": {"width": 64, "height": 64, "length": 5, "batch_size": 1}}),
+    # Z-Image and Qwen-Image: 2 blocks 256 and 128 wide, loaded at their size by the test node pack's loader (ComfyUI
+    # detects them only at their real width).
     "zimage": FamilySpec(FAMILY_MODELS["zimage"], "Z-Image / Lumina 2 (ComfyUI native)", 2, 64, {
-        "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}}),
+        "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        loader=SIZED_LOADER),
     "qwen_image": FamilySpec(FAMILY_MODELS["qwen_image"], "Qwen-Image (ComfyUI native)", 2, 3584, {
-        "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}}),
+        "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
+        loader=SIZED_LOADER),
     # Flux.1 dev (guidance embedding, pooled vector) and Flux.2 Klein (no guidance embedding).
     "flux1": FamilySpec(FAMILY_MODELS["flux1"], FLUX, 5, 64, {
         "class_type": "EmptySD3LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
@@ -75,12 +81,11 @@ FAMILIES = {
     "flux2": FamilySpec(FAMILY_MODELS["flux2_klein"], FLUX, 5, 64, {
         "class_type": "EmptyFlux2LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
         lists=FLUX_LISTS, split_tokens=600),
-    # Chroma: Flux's two lists (2 double + 2 single blocks, 3072 wide), no pooled vector, guidance 0. Each
-    # call recomputes the approximator's 344-row table through 5 layers 5120 wide whatever the latent:
-    # its own tests, on a 32x32 image (4 image tokens), the checkpoint built only when they run.
+    # Chroma: Flux's two lists (2 double + 2 single blocks, 128 wide, loaded at its size by the test node pack's
+    # loader), no pooled vector, guidance 0, on a 32x32 image (4 image tokens).
     "chroma": FamilySpec(FAMILY_MODELS["chroma"], CHROMA, 4, 64, {
         "class_type": "EmptySD3LatentImage", "inputs": {"width": 32, "height": 32, "batch_size": 1}},
-        lists=(("double", 2), ("single", 2)), server="chroma_server"),
+        lists=(("double", 2), ("single", 2)), loader=SIZED_LOADER),
     # LTXV: 4 blocks 128 wide on a 64x64, 9-frame video latent (128 channels, 2 latent frames of 2x2),
     # the caption projection taking 4096; its own tests, with ComfyUI's LTXV nodes.
     "ltxv": FamilySpec(FAMILY_MODELS["ltxv"], "LTXV (ComfyUI native)", 4, 4096, {
@@ -143,7 +148,7 @@ FAMILIES["ltx2"] = FamilySpec(
 FAMILIES["ernie_image"] = FamilySpec(
     FAMILY_MODELS["ernie_image"], "ERNIE-Image (ComfyUI native)", 4, 64, {
         "class_type": "EmptyFlux2LatentImage", "inputs": {"width": 64, "height": 64, "batch_size": 1}},
-    server="ernie_image_server", loader="Krea2TestSizedUNETLoader")
+    server="ernie_image_server", loader=SIZED_LOADER)
 # The families whose checkpoints the session's servers hold from the start: cheap enough for the checks that
 # are not family scenarios to run on each of them.
 SHARED = [family for family, spec in FAMILIES.items() if not spec.on_demand]

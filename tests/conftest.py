@@ -353,12 +353,8 @@ def on_demand_models() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def family_server(comfy_root, tmp_path_factory):
-    """A real ComfyUI server with tiny seeded-random Wan (two, and a VACE), Z-Image, Qwen-Image and Flux
-    checkpoints.
-
-    Made once per session: Z-Image's checkpoint is 2.1 GB, Qwen-Image's 1.4 GB (ComfyUI detects them
-    only at full width). Chroma's is added by ``chroma_server``, when a Chroma test runs.
-    """
+    """A real ComfyUI server with tiny seeded-random Wan (two, and a VACE), Z-Image, Qwen-Image, Flux and Chroma
+    checkpoints (Z-Image, Qwen-Image and Chroma narrow, loaded at their size by the test node pack's loader)."""
     from devkit.comfy_models import FAMILY_MODELS, make_family_checkpoint
 
     base = ComfyServer.prepare_base_dir(tmp_path_factory.mktemp("comfy_families"))
@@ -369,17 +365,6 @@ def family_server(comfy_root, tmp_path_factory):
     server = ComfyServer(comfy_root, base).start()
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="session")
-def chroma_server(comfy_root, family_server):
-    """``family_server`` with the shallow Chroma checkpoint (1.9 GB in bf16), written once per session, the
-    first time a test asks for it (ComfyUI lists a model folder again when it changes)."""
-    from devkit.comfy_models import FAMILY_MODELS, make_family_checkpoint
-
-    path = family_server.base_dir / "models" / "diffusion_models" / FAMILY_MODELS["chroma"]
-    make_family_checkpoint(comfy_root, "chroma", path, seed=family_checkpoint_seed("chroma"))
-    return family_server
 
 
 def graph_key(prompt: dict) -> str:

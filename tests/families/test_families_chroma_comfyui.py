@@ -1,17 +1,10 @@
 """Chroma through CacheDiTDBCache in the real server: what is Chroma's own.
 
-ComfyUI detects Chroma only at its full width, and every model call recomputes the approximator's
-table of 344 modulation rows through 5 layers 5120 wide, whatever the latent (about 90 GFLOP a call per
-batch element: several seconds on 2 CPU cores). So Chroma runs the family scenario set
-(tests/families/test_family_scenarios_comfyui.py, its harness in tests/support/family_harness.py) at 4 steps on
-a 32x32 image, the costlier pairs left out, and the checkpoint is written only when one of these tests runs
-(conftest's ``chroma_server``).
+Chroma runs the family scenario set (tests/families/test_family_scenarios_comfyui.py, its harness in
+tests/support/family_harness.py) on its 128-wide stand-in in ``family_server``.
 
 What its loop makes its own is here: calls while a skip list (``skip_mmdit``) names a block, computed in full,
 as without the node.
-
-Spectrum's batched and split layouts, and heun's caching-off pair, are left to the other families (the
-same code path): docs/families.md says so.
 """
 
 from __future__ import annotations
@@ -27,12 +20,12 @@ pytestmark = pytest.mark.comfyui
 SKIP = {"class_type": "Krea2TestSkipBlocks", "inputs": {"skip_list": "skip_mmdit", "block": 1}}
 
 
-def test_calls_while_a_skip_list_names_a_block_are_computed_in_full(chroma_server):
+def test_calls_while_a_skip_list_names_a_block_are_computed_in_full(family_server):
     """Chroma's loop skips the blocks its skip lists name, which the cache's wrapper of the list would run:
     such calls run in full, exactly as without the node, and the stats say so."""
-    (plain,), _ = CHROMA.run(chroma_server, insert_after_loader(CHROMA.prompt(prefix="skip_plain"), "20", SKIP),
+    (plain,), _ = CHROMA.run(family_server, insert_after_loader(CHROMA.prompt(prefix="skip_plain"), "20", SKIP),
                              node_id=None)
-    (latent,), record = CHROMA.run(chroma_server, insert_after_loader(CHROMA.prompt(cache=FAST, prefix="skip"),
+    (latent,), record = CHROMA.run(family_server, insert_after_loader(CHROMA.prompt(cache=FAST, prefix="skip"),
                                                                       "20", SKIP))
     assert torch.equal(latent, plain)
     assert record["cached_steps"] == [] and record["calls"] == 0

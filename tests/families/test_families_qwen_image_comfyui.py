@@ -2,8 +2,8 @@
 test_family_scenarios_comfyui; the Edit 2511 model in test_qwen_image_edit_comfyui): a ControlNet's ``control``
 added by its own block loop, and Edit's reference latents joining the cached stack.
 
-Tiny seeded-random checkpoint (``family_server``; 3072 wide, as ComfyUI detects it only at full width); random
-weights: what was cached and how calls were routed, never image quality.
+Tiny seeded-random checkpoint (``family_server``; 128 wide, loaded at its size by the test node pack's loader);
+random weights: what was cached and how calls were routed, never image quality.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_qwen_image_controlnet_control_is_computed_in_full(family_server):
     own block loop after a chosen block: such calls run in full, exactly as without the node."""
     def with_control(prompt):
         prompt["21"] = {"class_type": "Krea2TestBlockControl", "inputs": {
-            "conditioning": ["2", 0], "features": 3072, "block": 1, "scale": 0.5}}
+            "conditioning": ["2", 0], "features": 128, "block": 1, "scale": 0.5}}
         prompt["6"]["inputs"]["positive"] = ["21", 0]
         return prompt
 

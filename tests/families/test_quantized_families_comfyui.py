@@ -2,8 +2,8 @@
 
 - GGUF through city96's ComfyUI-GGUF ``UnetLoaderGGUF`` (installed into this module's server from its
   snapshot in ``../shared/third_party``, see ``comfy_harness.third_party_pack``; skipped without it):
-  the family's tiny seeded checkpoint (``devkit/comfy_models.py``, the one the family tests sample)
-  written as a Q8_0 GGUF with the ``gguf`` package (``krea2_gguf_files``' layout: 1-D and small tensors
+  the family's tiny seeded checkpoint (``devkit/comfy_models.py``: the one the family tests sample, or, for
+  the families whose stand-in is narrow, the same blocks at the real width these loaders detect) written as a Q8_0 GGUF with the ``gguf`` package (``krea2_gguf_files``' layout: 1-D and small tensors
   and the bare parameters ComfyUI-GGUF's conversion keeps in F32, ``general.architecture`` as its
   loader expects it), detected by ComfyUI from its tensors as the safetensors file is;
 - fp8 through *Load Diffusion Model* (``UNETLoader``) with ``weight_dtype`` ``fp8_e4m3fn`` ("fp8"), or, where that
@@ -42,7 +42,7 @@ import pytest
 import torch
 
 from devkit.comfy_harness import ComfyServer, third_party_pack
-from devkit.comfy_models import QUANTIZED_LAYERS
+from devkit.comfy_models import QUANTIZED_LAYERS, SHALLOW_MODELS
 from devkit.comfy_quant_files import COMFY_QUANT, make_comfy_quant_checkpoint
 from family_harness import with_av_latent, with_ltxv_conditioning, with_separate_av
 from devkit.family_prompts import FAMILIES, family_prompt
@@ -92,8 +92,8 @@ class Refused:
     error: str = ""
 
 
-# One line per family (every FAMILIES key but Krea-2, see above). The full-width families (ComfyUI
-# detects them only at their real width: 0.4-1B parameters, dequantized or cast on every call, 2-15 s a
+# One line per family (every FAMILIES key but Krea-2, see above). The full-width families (Z-Image, Qwen-Image and
+# Chroma: ComfyUI's loaders detect them only at their real width, so their files here are written on demand at it: 0.4-1B parameters, dequantized or cast on every call, 2-15 s a
 # call on 2 busy CPU cores) run fewer calls: Qwen-Image the GGUF's caching-off pair at 2 steps, Z-Image
 # and Chroma the GGUF's mask run alone. The layers that dequantize or cast are the same classes for every
 # family: the caching-off pair runs on the others, fp8 on an fp32 (Wan, Flux) and a bf16 (Qwen-Image)
@@ -108,17 +108,18 @@ QUANTIZED = {
                        refused={"gguf": Refused("stock ComfyUI-GGUF has no Krea-2 entry: its GGUF files load through "
                                                 "the pack's Load Krea-2 (diffusers), tests/krea2_loader")}),
     "wan": Quantized("wan"),
-    # Z-Image: the int8 files of Comfy-Org's Z-Image Turbo int8 template, its blocks' modulation layers int8 (the
-    # model's other layers run through ComfyUI's mixed-precision layers all the same). On a CPU an int8 layer
+    # Z-Image: the int8 file of Comfy-Org's Z-Image Turbo int8 template (convrot), its blocks' modulation layers int8
+    # (the model's other layers run through ComfyUI's mixed-precision layers all the same). On a CPU an int8 layer
     # multiplies with torch._int_mm, about 30 s for one 3840 x 11520 layer at 48 tokens on 2 cores (2 minutes a call
-    # with the attention and MLP layers int8), while the modulation layers see one row, the step's embedding.
-    "zimage": Quantized("lumina2", formats=("gguf",), off_pair=(), comfy_quant=("int8", "int8_convrot"),
+    # with the attention and MLP layers int8), while the modulation layers see one row, the step's embedding. Plain
+    # int8 (the same layer class without the rotation) runs on Krea-2: at the real width its six runs take minutes.
+    "zimage": Quantized("lumina2", server=None, formats=("gguf",), off_pair=(), comfy_quant=("int8_convrot",),
                         quant_layers=("layers.*.adaLN_modulation.0",),
                         lora_layers=tuple(f"layers.{block}.adaLN_modulation.0" for block in range(2))),
-    "qwen_image": Quantized("qwen_image", off_pair=("gguf",), off_steps=2),
+    "qwen_image": Quantized("qwen_image", server=None, off_pair=("gguf",), off_steps=2),
     "flux1": Quantized("flux"),
     "flux2": Quantized("flux"),
-    "chroma": Quantized("flux", server="chroma_server", formats=("gguf",), off_pair=()),
+    "chroma": Quantized("flux", server=None, formats=("gguf",), off_pair=()),
     "ltxv": Quantized("ltxv", server=None, graph=with_ltxv_conditioning),
     "hunyuan_video15": Quantized("hyvid", server=None),
     "hunyuan_image21": Quantized("hyvid", server=None, off_pair=("fp8",)),
@@ -182,6 +183,12 @@ def quant_server(comfy_root, tmp_path_factory):
     server.stop()
 
 
+def stock_file(family: str) -> str:
+    """The family's checkpoint as ComfyUI's own loaders detect it: its stand-in, or the real-width shallow file
+    where the stand-in is narrow (``SHALLOW_MODELS``)."""
+    return SHALLOW_MODELS.get(family, FAMILIES[family].model)
+
+
 def gguf_name(family: str) -> str:
     return f"{family}_tiny-{FILE_TYPE}.gguf"
 
@@ -218,10 +225,12 @@ def family_files(request, comfy_root, tmp_path_factory, quant_server):
             from devkit.comfy_models import make_family_checkpoint
             from conftest import family_checkpoint_seed
 
-            source = tmp_path_factory.mktemp(f"{family}_checkpoint") / FAMILIES[family].model
-            make_family_checkpoint(comfy_root, family, source, seed=family_checkpoint_seed(family))
+            # The real-width file where the family's stand-in is narrow: what these loaders detect.
+            source = tmp_path_factory.mktemp(f"{family}_checkpoint") / stock_file(family)
+            make_family_checkpoint(comfy_root, f"{family}_shallow" if family in SHALLOW_MODELS else family, source,
+                                   seed=family_checkpoint_seed(family))
         else:
-            source = request.getfixturevalue(quant.server).base_dir / "models" / "diffusion_models" / FAMILIES[family].model
+            source = request.getfixturevalue(quant.server).base_dir / "models" / "diffusion_models" / stock_file(family)
         models = quant_server.base_dir / "models" / "diffusion_models"
         types = {}
         if quant.architecture is not None or "fp8_scaled" in quant.formats:
@@ -240,7 +249,7 @@ def family_files(request, comfy_root, tmp_path_factory, quant_server):
         for file_format in comfy_quant_files(quant):
             make_comfy_quant_checkpoint(comfy_root, source, models / comfy_quant_name(family, file_format),
                                         file_format, quant.quant_layers)
-        (models / FAMILIES[family].model).symlink_to(source)
+        (models / stock_file(family)).symlink_to(source)
         done[family] = types
         return types
 
@@ -255,7 +264,7 @@ def loader(family: str, file_format: str) -> dict:
     if file_format in COMFY_QUANT:
         return {"class_type": "UNETLoader", "inputs": {"unet_name": comfy_quant_name(family, file_format),
                                                        "weight_dtype": "default"}}
-    return {"class_type": "UNETLoader", "inputs": {"unet_name": FAMILIES[family].model, "weight_dtype": "fp8_e4m3fn"}}
+    return {"class_type": "UNETLoader", "inputs": {"unet_name": stock_file(family), "weight_dtype": "fp8_e4m3fn"}}
 
 
 def prompt(family: str, file_format: str, steps: int, cache: dict | None, prefix: str) -> dict:
@@ -334,7 +343,7 @@ def family_lora(quant_server, family_files):
     def lora(family: str) -> str:
         if family not in done:
             family_files(family)
-            checkpoint = quant_server.base_dir / "models" / "diffusion_models" / FAMILIES[family].model
+            checkpoint = quant_server.base_dir / "models" / "diffusion_models" / stock_file(family)
             done[family] = write_native_lora(quant_server, checkpoint, QUANTIZED[family].lora_layers,
                                              f"{family}_quantized_lora.safetensors")
         return done[family]

@@ -4,7 +4,7 @@ before the block stack, and the final layer's output is sliced back to the image
 
 ComfyUI tells Edit 2511 from Qwen-Image by one key, ``__index_timestep_zero__`` (its reference
 tokens are modulated with timestep 0: the blocks get a doubled modulation and the index where the
-reference starts). The stand-in is the family tests' shallow Qwen-Image checkpoint with that key. CFG 1:
+reference starts). The stand-in is the family tests' narrow Qwen-Image checkpoint with that key. CFG 1:
 - ComfyUI detects the stand-in as 2511 (its latent differs from Qwen-Image's on the same weights);
 - the cache node with caching off is bit-identical to the graph without it, reference included;
 - the ``fast`` mask caches its step of 4 with the reference;
@@ -27,7 +27,7 @@ from record_checks import check_forecast
 pytestmark = pytest.mark.comfyui
 
 FAMILY = "qwen_image"
-EDIT_2511 = "qwen_image_edit_2511_shallow.safetensors"
+EDIT_2511 = "qwen_image_edit_2511_tiny.safetensors"
 SEED = 73
 OFF_STEPS = 2
 STEPS = 4
@@ -37,12 +37,15 @@ MASK_CACHED = [2]   # cache-dit's "fast" mask for 4 steps: 1 1 0 1
 @pytest.fixture(scope="module")
 def edit_server(family_server):
     """``family_server`` with the Edit 2511 stand-in (ComfyUI lists the folder again when it changes)."""
+    from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
     models = family_server.base_dir / "models" / "diffusion_models"
     state = load_file(str(models / FAMILIES[FAMILY].model))
+    with safe_open(str(models / FAMILIES[FAMILY].model), "pt") as checkpoint:
+        metadata = checkpoint.metadata()   # the stand-in's size, for the test node pack's loader
     state["__index_timestep_zero__"] = torch.tensor([])
-    save_file(state, str(models / f".{EDIT_2511}.part"))
+    save_file(state, str(models / f".{EDIT_2511}.part"), metadata=metadata)
     del state
     (models / f".{EDIT_2511}.part").rename(models / EDIT_2511)
     return family_server

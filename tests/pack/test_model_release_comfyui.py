@@ -108,10 +108,9 @@ def spectrum(family: str) -> dict:
 # What the graph of a family written on demand needs beyond ``family_prompt``'s, as its harness builds it.
 OWN_GRAPH = {"ltxv": with_ltxv_conditioning, "minimax_h3": with_separate_av, "ltx2": with_av_latent}
 # The session fixture whose server holds a family's checkpoint (``family_server`` when not here).
-SERVERS = {KREA2: "comfy_server", "chroma": "chroma_server", "ltxv": "ltxv_server",
+SERVERS = {KREA2: "comfy_server", "ltxv": "ltxv_server",
            "hunyuan_video15": "hunyuan_video15_server", "minimax_h3": "minimax_server", "ltx2": "ltx2_server",
            "ernie_image": "ernie_image_server"}
-OWN_STEPS = {"chroma": 2}   # each Chroma call recomputes its 5120-wide modulation table: the fewest steps
 
 
 def own_graph(family: str, **kwargs) -> dict:
@@ -135,13 +134,12 @@ CASES = {
     "krea2 diffusers after a LoRA": (KREA2, lambda: with_lora(graph(KREA2, loader=DIFFUSERS), LORA, 1.0,
                                                               "lora_first"), False, True),
     "krea2 gguf cached": (KREA2, lambda: graph(KREA2, loader=GGUF_LOADER), False, True),
-    # Every other family of the shared checks, in one stream (CFG 1): Z-Image and Qwen-Image are full width.
+    # Every other family of the shared checks, in one stream (CFG 1).
     **{f"{family} cached": (family, functools.partial(graph, family, cfg=1.0), False, True)
        for family in SHARED if family != KREA2},
     "wan Spectrum": ("wan", lambda: spectrum("wan"), False, True),
     # The families written on demand (HunyuanImage 2.1 is HunyuanVideo 1.5's class), in one stream.
-    **{f"{family} cached": (family, functools.partial(own_graph, family, cfg=1.0, steps=OWN_STEPS.get(family, STEPS)),
-                            False, True)
+    **{f"{family} cached": (family, functools.partial(own_graph, family, cfg=1.0), False, True)
        for family, spec in FAMILIES.items() if spec.on_demand and family not in SAME_CLASS},
     # Spectrum's final-layer forecast on the one packed sequence both of MiniMax H3's outputs read, split CFG.
     "minimax_h3 Spectrum": ("minimax_h3", lambda: spectrum("minimax_h3"), False, True),

@@ -248,19 +248,17 @@ WAN = FamilyHarness(
     forecast_nothing="split")
 
 ZIMAGE = FamilyHarness(
-    # ComfyUI detects it only at full width (3840): a run takes 15-60 s on 2 CPU cores, so heun at 3 steps.
-    "zimage", seed=3, steps=8, timeout=900.0, attention_bn=0, threshold=Threshold(full=True), patches=(DOUBLE_BLOCK,),
-    heun=Heun(None, "split", steps=3),
+    "zimage", seed=3, steps=8, attention_bn=0, threshold=Threshold(full=True), patches=(DOUBLE_BLOCK,),
+    heun=Heun(None, "split"),
     lora_layers=tuple(f"layers.{block}.{layer}" for block in range(2)
                       for layer in ("attention.out", "feed_forward.w2")),
     compile_tolerance=1e-3, compile_after=True, two_devices=True, two_devices_off=True, spectrum=LAYOUTS,
     forecast_nothing="split")
 
 QWEN_IMAGE = FamilyHarness(
-    # 3072 wide even when shallow: heun at CFG 1 over 3 steps. Its LoRAs name its modules as they are
-    # (``transformer_blocks.N...``), without ComfyUI's prefix.
-    "qwen_image", seed=3, steps=8, timeout=900.0, attention_bn=0, threshold=Threshold(full=True),
-    patches=(DOUBLE_BLOCK,), heun=Heun(None, "none", steps=3),
+    # Its LoRAs name its modules as they are (``transformer_blocks.N...``), without ComfyUI's prefix.
+    "qwen_image", seed=3, steps=8, attention_bn=0, threshold=Threshold(full=True),
+    patches=(DOUBLE_BLOCK,), heun=Heun(None, "none"),
     lora_layers=tuple(f"transformer_blocks.{block}.{layer}" for block in range(2)
                       for layer in ("attn.to_out.0", "img_mlp.net.2")), lora_prefix="",
     compile_tolerance=1e-3, compile_after=True, two_devices=True, two_devices_off=True, spectrum=LAYOUTS,
@@ -281,14 +279,13 @@ FLUX2 = FamilyHarness(
     patches=(SINGLE_BLOCK_REPLACE,), heun=Heun("split", "split"), spectrum=LAYOUTS, forecast_nothing="split")
 
 CHROMA = FamilyHarness(
-    # ComfyUI detects Chroma only at full width: each call recomputes the approximator's 344-row table
-    # (several seconds on 2 CPU cores), so 4 steps on a 32x32 image, and the costlier pairs left out.
-    "chroma", seed=61, timeout=900.0, attention_bn=0,
-    threshold=Threshold(steps=4, warmup=2, cache=(("max_warmup_steps", 2),)), patches=(DIT_REPLACE,),
-    heun=Heun("none", None),
+    # Flux's two lists without the modulation of their own: the approximator's table, sliced by block index.
+    "chroma", seed=61, steps=8, off_layouts=("batched", "split"), attention_bn=0, threshold=Threshold(full=True),
+    patches=(DIT_REPLACE,), heun=Heun("split", "split"),
     lora_layers=(*(f"double_blocks.{block}.img_attn.proj" for block in range(2)),
                  *(f"single_blocks.{block}.linear2" for block in range(2))),
-    compile_tolerance=1e-2, two_devices=True, spectrum=("none",))
+    compile_tolerance=1e-3, compile_after=True, two_devices=True, two_devices_off=True, spectrum=LAYOUTS,
+    forecast_nothing="split")
 
 LTXV = FamilyHarness(
     "ltxv", seed=91, build=with_ltxv_conditioning, shapes=((1, 128, 2, 2, 2),),
