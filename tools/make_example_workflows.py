@@ -259,6 +259,7 @@ def compare_note(variant: str, steps: int, cfg: float, fewer: tuple[int, bool], 
         how, how_zh = (f" On the steps its preset forecasts, {node} runs none of the model's blocks: it forecasts the "
                        "model's result from the steps it computed.", f"在预设要预测的步上，{node_zh} 不运行模型的任何块，而是根据已计算的步预测模型的结果。")
         why, why_zh = forecast_evidence(variant, steps, forecast)
+        why, why_zh = f"{why}\n\n{other_step_counts(steps)}", f"{why_zh}\n\n{other_step_counts_zh(steps)}"
     else:
         cache_text, cache_zh = dbcache_settings(cache_widgets, labels), dbcache_settings(cache_widgets, labels_zh, zh=True)
         fewer_text, fewer_zh = fewer_steps_note(steps, *fewer, labels), fewer_steps_note_zh(steps, *fewer, labels_zh)
@@ -293,6 +294,20 @@ TEST_MODEL = {8: ("a small test model trained on drawn shapes and distilled to 8
                   "一个用绘制的图形训练、蒸馏为 8 步（CFG 1）的小型测试模型"),
               52: ("a small test model trained on drawn shapes, sampled at 52 steps and CFG 3.5, not Krea-2",
                    "一个用绘制的图形训练、以 52 步和 CFG 3.5 采样的小型测试模型")}
+
+
+def other_step_counts(steps: int) -> str:
+    """Where a Forecast compare template's preset stops holding: the note's pointer to ``auto``."""
+    return (f"**Another step count?** The preset is laid out for {steps} steps: at other counts it computes other "
+            "steps and can land farther than fewer steps. There, choose the preset `auto` and set \"speedup\" "
+            "(model calls = steps / speedup): it plans which steps to compute from the run's own noise levels, and the "
+            "node shows its plan and the \"as many as N steps\" to set the fewer-steps sampler to.")
+
+
+def other_step_counts_zh(steps: int) -> str:
+    return (f"**换一个步数？** 该预设是为 {steps} 步安排的：换成别的步数时，它计算的是别的步，可能比更少的步数离得更远。"
+            "这时请选择预设 `auto` 并设置“加速倍数”（模型调用次数 = 步数 / 加速倍数）：它根据本次运行自己的噪声水平规划要计算的步，"
+            "节点会显示它的计划，以及更少步数采样器应设的“相当于 N 步”。")
 
 
 def forecast_evidence(variant: str, steps: int, preset: str) -> tuple[str, str]:

@@ -34,7 +34,7 @@ ZH_HEADING = "### 中文说明"
 ZH_NODE_DEFS = json.loads((REPO / "locales" / "zh" / "nodeDefs.json").read_text(encoding="utf-8"))
 # Bold words of a note that are labels, not node names.
 LABELS = {"In this graph", "Fewer steps or the cache?", "Recipe", "Cache settings", "Why this preset",
-          "本工作流", "更少的步数还是缓存？", "采样配方", "缓存设置", "为什么用这个预设"}
+          "Another step count?", "本工作流", "更少的步数还是缓存？", "采样配方", "缓存设置", "为什么用这个预设", "换一个步数？"}
 # A DBCache node's widgets a note leaves out while no calibrator runs (they are the calibrator's own).
 CALIBRATOR_WIDGETS = {"taylorseer_order", "dmd_history"}
 # Words for the pack's developers, not its users.
@@ -189,6 +189,21 @@ def test_a_forecast_templates_fewer_steps_are_what_its_preset_computes(path, obj
            f"{facts['steps'] - computed}." in english
     assert f"`{preset}` 在 {facts['steps']} 步中计算 {computed} 步，其余 {facts['steps'] - computed} 步" in chinese
     assert "so the step count is exact" in english and "所以这个步数是准确的" in chinese
+    # Where the preset stops holding, the note points to ``auto`` and its input, by the label the editor shows.
+    speedup_en, speedup_zh = speedup_labels(object_info)
+    assert re.search(rf"\*\*Another step count\?\*\* The preset is laid out for {facts['steps']} steps:[^\n]*"
+                     rf"the preset `auto` and set \"{speedup_en}\"", english), path.name
+    assert re.search(rf"\*\*换一个步数？\*\* 该预设是为 {facts['steps']} 步安排的：[^\n]*预设 `auto` 并设置“{speedup_zh}”",
+                     chinese), path.name
+
+
+def speedup_labels(object_info: dict) -> tuple[str, str]:
+    """The ``auto`` preset's input as the editor labels it: its schema's display name (or id), locales/zh's name."""
+    options = object_info["CacheDiTSpectrum"]["input"]["required"]["preset"][1]["options"]
+    ((name, (_, opts)),) = [(name, spec) for option in options if option["key"] == "auto"
+                            for name, spec in option["inputs"]["required"].items()]
+    zh = ZH_NODE_DEFS["CacheDiTSpectrum"]["inputs"][f"preset_{name}"]["name"]
+    return opts.get("display_name") or name, zh
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=lambda path: path.stem)
