@@ -346,12 +346,10 @@ def test_the_spectrum_node_forecasts_its_presets_steps(server, harness, layout):
     assert finite(outputs)
 
 
-@pytest.mark.parametrize("harness", having(lambda harness: harness.spectrum))
-def test_the_auto_plan_forecasts_between_its_computed_steps(server, harness):
-    """``auto`` at speedup 2 over 8 steps: steps 0, 2, 4 and 6 computed, the others forecast, in the family's most
-    demanding layout it forecasts in (split where it can: a plan per stream). The run is the presets' (the
-    scenario above, every layout); only the plan is ``auto``'s."""
-    layout = "split" if "split" in harness.spectrum else harness.spectrum[0]
+@pytest.mark.parametrize("harness, layout", per_layout(lambda harness: harness.spectrum))
+def test_the_auto_plan_forecasts_between_its_computed_steps(server, harness, layout):
+    """``auto`` at speedup 2 over 8 steps: steps 0, 2, 4 and 6 computed, the others forecast, in each CFG layout the
+    family forecasts in (split: the plan for each stream)."""
     outputs, record = harness.run(server, with_forecast(harness.prompt(layout, cache={}, steps=8,
                                                                        prefix=f"auto_{layout}"), "auto", speedup=2.0))
     method = record["method"]
