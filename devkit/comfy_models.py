@@ -157,14 +157,12 @@ else:
     # ComfyUI 0.33 detects Z-Image only at width 3840 (30 heads, 2+2 refiner blocks; shallow: 2 blocks); narrower,
     # it reads as Lumina 2 without its heads. The stand-in: 256 wide (its blocks take the step's 256-wide embedding),
     # two heads of the real 32 + 48 + 48, 2 blocks.
-    heads = dict(dim=3840, n_heads=30, n_kv_heads=30) if shallow else dict(dim=256, n_heads=2, n_kv_heads=2)
-    model = NextDiT(patch_size=2, in_channels=16, n_layers=2, n_refiner_layers=2, qk_norm=True, cap_feat_dim=64,
-                    axes_dims=[32, 48, 48], axes_lens=[1536, 512, 512], rope_theta=256.0, ffn_dim_multiplier=8.0 / 3.0,
-                    z_image_modulation=True, time_scale=1000.0, pad_tokens_multiple=32, device="meta",
-                    operations=comfy.ops.disable_weight_init, **heads)
-    if not shallow:
-        sized = dict(n_heads=2, n_kv_heads=2, axes_dims=[32, 48, 48], axes_lens=[1536, 512, 512], rope_theta=256.0,
-                     ffn_dim_multiplier=8.0 / 3.0, z_image_modulation=True, time_scale=1000.0, pad_tokens_multiple=32)
+    config = dict(n_heads=30 if shallow else 2, n_kv_heads=30 if shallow else 2, axes_dims=[32, 48, 48],
+                  axes_lens=[1536, 512, 512], rope_theta=256.0, ffn_dim_multiplier=8.0 / 3.0, z_image_modulation=True,
+                  time_scale=1000.0, pad_tokens_multiple=32)
+    model = NextDiT(patch_size=2, in_channels=16, dim=3840 if shallow else 256, n_layers=2, n_refiner_layers=2,
+                    qk_norm=True, cap_feat_dim=64, device="meta", operations=comfy.ops.disable_weight_init, **config)
+    sized = None if shallow else config   # what detection reads only at 3840: all of it
     expected, dtype = "ZImage", torch.bfloat16
 
 generator = torch.Generator().manual_seed(seed)
