@@ -1,5 +1,5 @@
-"""The Forecast node's ``auto`` plan: the calls a speedup asks for, spread over the run, a share per gap from the
-run's sigmas; at share 0 it is exactly fewer steps on the same sigmas (no ComfyUI: a small seeded diffusers
+"""The Forecast node's ``auto`` plan: the calls a speedup asks for, laid over the run with short ends, a share per gap
+from the run's sigmas; at share 0 it is exactly fewer steps on the computed steps' sigmas (no ComfyUI: a small seeded diffusers
 Krea-2 stepped by Euler, as tests/forecast/test_forecast_run.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cache_runs import COND, SIGMAS, STEPS, Stream, forward, record_of, run_single
-from krea2_cachedit.adapters.forecast.auto_schedule import SHARE_RAMP, AutoSchedule, auto_calls, gap_share
+from krea2_cachedit.adapters.forecast.auto_schedule import (FIRST_GAP, LAST_GAP, SHARE_RAMP, AutoSchedule, auto_calls,
+                                                             computed_steps, gap_share)
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
 
 
@@ -22,9 +23,22 @@ def test_a_speedup_computes_the_most_calls_that_reach_it(steps, speedup, calls):
     assert sum(computed) == calls and computed[0], "the first step is always computed"
 
 
-def test_the_computed_steps_are_a_shorter_runs_when_its_calls_divide_the_steps():
-    assert [s for s, c in enumerate(AutoSchedule(4).computed(52)) if c] == list(range(0, 52, 4))
-    assert [s for s, c in enumerate(AutoSchedule(4).computed(20)) if c] == [0, 4, 8, 12, 16]
+@pytest.mark.parametrize(("steps", "calls", "chosen"), [
+    (20, 3, [0, 7, 15]), (8, 5, [0, 1, 3, 5, 7]), (8, 4, [0, 2, 4, 6]), (8, 2, [0, 4]), (20, 5, [0, 4, 8, 13, 17]),
+    (52, 13, [0, 4, 8, 12, 16, 20, 24, 28, 33, 37, 41, 45, 49]), (8, 8, list(range(8))), (8, 1, [0])])
+def test_the_computed_steps_keep_a_steady_spacing_with_a_short_first_gap_and_a_short_tail(steps, calls, chosen):
+    assert computed_steps(steps, calls) == chosen
+    assert [s for s, c in enumerate(AutoSchedule(steps / calls).computed(steps)) if c] == chosen
+
+
+@pytest.mark.parametrize("steps", [8, 20, 28, 40, 52])
+def test_the_ends_are_shorter_than_the_spacing_at_every_call_count(steps):
+    for calls in range(2, steps + 1):
+        chosen = computed_steps(steps, calls)
+        assert len(set(chosen)) == calls and chosen == sorted(chosen) and chosen[-1] < steps, (steps, calls)
+        spacing = steps / (FIRST_GAP + calls - 2 + LAST_GAP)
+        assert abs(chosen[1] - FIRST_GAP * spacing) <= 0.5 + 1e-9 or spacing * FIRST_GAP < 1, (steps, calls)
+        assert abs(steps - chosen[-1] - LAST_GAP * spacing) <= 0.5 + 1e-9 or spacing < 1.5, (steps, calls)
 
 
 def test_a_gap_follows_its_trend_in_full_when_short_and_holds_when_long():
@@ -37,15 +51,17 @@ def test_a_gap_follows_its_trend_in_full_when_short_and_holds_when_long():
     plan = plan_forecast_run(ForecastSettings.auto(4), 20, sigmas)
     shares = plan.method_summary()["gap_shares"]
     assert shares[0] == 0.0 and shares[1] == 1.0 and shares[-1] == 0.0
-    assert shares == [round(gap_share(sigmas[s] - sigmas[s + 4]), 3) if s else 0.0 for s in range(0, 20, 4)]
+    ends = [0, 4, 8, 13, 17, 20]
+    assert shares == [round(gap_share(sigmas[a] - sigmas[b]), 3) if a else 0.0 for a, b in zip(ends, ends[1:])]
 
 
 def test_the_record_and_log_line_say_the_plan():
     plan = plan_forecast_run(ForecastSettings.auto(2), STEPS, SIGMAS.tolist())
     summary = plan.method_summary()
     assert summary["preset"] == "auto" and summary["speedup"] == 2 and summary["computed_steps"] == [0, 2, 4, 6]
-    assert summary["gap_shares"] == [0.0, 1.0, 1.0, 1.0]   # each later gap spans 0.25 of the sigma range
-    assert plan.method_text({}) == "forecast linear (target output, share per gap 0/1/1/1) (preset auto, speedup 2)"
+    assert summary["gap_shares"] == [0.0, 0.75, 0.75, 0.75]   # each later gap spans 0.25 of the sigma range
+    assert plan.method_text({}) == ("forecast linear (target output, share per gap 0/0.75/0.75/0.75) "
+                                    "(preset auto, speedup 2)")
 
 
 def test_a_speedup_out_of_bounds_is_refused_naming_it():
@@ -70,15 +86,15 @@ def test_holding_every_gap_is_exactly_fewer_steps_on_the_same_sigmas(transformer
 
 
 def test_a_forecast_gap_follows_the_trend_by_its_share(transformer):
-    """8 steps at speedup 2: 0 2 4 6 computed; the first gap holds step 0's output, each later gap extrapolates
-    the last two computed outputs in full (its share 1)."""
+    """8 steps at speedup 2: 0 2 4 6 computed; the first gap holds step 0's output, each later gap (a quarter of
+    the sigma range) extrapolates the last two computed outputs 0.75 of the way."""
     stream = Stream(COND, 1)
     record = record_of(run_single(transformer, ForecastSettings.auto(2), stream))
     assert record.forecast_steps == [1, 3, 5, 7]
     out = stream.outputs
     torch.testing.assert_close(out[1], out[0], rtol=0, atol=0)
     for step, (before, last) in ((3, (0, 2)), (5, (2, 4)), (7, (4, 6))):
-        torch.testing.assert_close(out[step], out[last] + 0.5 * (out[last] - out[before]), rtol=1e-5, atol=1e-5,
+        torch.testing.assert_close(out[step], out[last] + 0.75 * 0.5 * (out[last] - out[before]), rtol=1e-5, atol=1e-5,
                                    msg=f"step {step}")
 
 
