@@ -44,9 +44,10 @@ from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forecast_auto.json"
 PICTURE = RESULTS.with_suffix(".png")
-# The share rule was first chosen on (label, seed) (1, 11) and (3, 12), its layout and ramp now on (5, 51), (1, 52),
-# (6, 54) and (3, 55) (adapters/forecast/auto_schedule.py); the peer benchmark samples (0, 0), (5, 1), (2, 2),
-# (7, 3). These are none of them.
+# (label, seed) of the images ``auto``'s rule (adapters/forecast/auto_schedule.py) was chosen on: its first share
+# rule on the first two, its layout and ramp on the others. The measured ones are none of them, nor the peer
+# benchmark's (0, 0), (5, 1), (2, 2), (7, 3).
+TUNING_IMAGES = ((1, 11), (3, 12), (5, 51), (1, 52), (6, 54), (3, 55))
 IMAGES = ((4, 13), (6, 14), (0, 21), (2, 22))
 # The DPCache-style planner's calibration runs (benchmarks/peers/dpcache.py): none of the above, nor measured.
 CALIBRATION_IMAGES = ((7, 41), (3, 42))

@@ -33,9 +33,8 @@ from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forecast_multistep.json"
 SAMPLER = "res_multistep"
-# (label, seed): none of the share rule's (1, 11), (3, 12), (5, 51), (1, 52), (6, 54), (3, 55), the peer
-# benchmark's (0, 0), (5, 1), (2, 2), (7, 3), benchmarks/forecast_auto.py's (4, 13), (6, 14), (0, 21), (2, 22) or
-# its calibration's (7, 41), (3, 42).
+# (label, seed): none of those ``auto``'s rule was chosen on (forecast_auto.TUNING_IMAGES), the peer benchmark's,
+# benchmarks/forecast_auto.py's measured ones or its calibration's.
 IMAGES = ((1, 51), (6, 52))
 # name: (model, CFG, steps, the fixed presets, the auto speedups)
 REGIMES = {

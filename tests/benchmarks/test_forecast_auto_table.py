@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.forecast_auto import CALIBRATION_IMAGES, IMAGES, PICTURE, findings, plot_points, table
+from benchmarks.forecast_auto import (CALIBRATION_IMAGES, IMAGES, PICTURE, TUNING_IMAGES, findings, plot_points,
+                                      table)
 from benchmarks.peers.cases import IMAGES as PEER_IMAGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +31,7 @@ def test_the_report_says_what_the_committed_grid_says_of_the_plans():
 def test_the_results_name_their_builds_and_images():
     results = json.loads(RESULTS.read_text())
     assert results["images"] == [list(image) for image in IMAGES]
+    assert not set(IMAGES) & {*TUNING_IMAGES, *PEER_IMAGES}, "held-out images: none auto's rule was chosen on"
     for regime in results["regimes"].values():
         assert regime["proxy"] in results["builds"] and results["builds"][regime["proxy"]]["weights_sha256"]
 
@@ -38,7 +40,7 @@ def test_the_plans_were_calibrated_on_other_images_and_make_the_rows_calls():
     results = json.loads(RESULTS.read_text())
     calibration = [tuple(image) for image in results["calibration_images"]]
     assert calibration == list(CALIBRATION_IMAGES)
-    assert not set(calibration) & {*IMAGES, *PEER_IMAGES}
+    assert not set(calibration) & {*IMAGES, *PEER_IMAGES, *TUNING_IMAGES}
     for regime in results["regimes"].values():
         for row in regime["rows"]:
             for plan in (row["dpcache_style"], row["auto_planned"]):

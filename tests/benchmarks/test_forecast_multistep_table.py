@@ -14,7 +14,6 @@ from benchmarks.peers.cases import IMAGES as PEER_IMAGES
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
 
 REPO = Path(__file__).resolve().parents[2]
-SHARE_RULE_IMAGES = ((1, 11), (3, 12))   # what adapters/forecast/auto_schedule.py's shares were chosen on
 
 
 def test_the_report_shows_the_committed_rows():
@@ -29,7 +28,8 @@ def test_the_results_are_res_multisteps_on_held_out_images_and_name_their_builds
     assert results["sampler"] == SAMPLER == "res_multistep"
     images = [tuple(image) for image in results["images"]]
     assert images == list(IMAGES)
-    assert not set(images) & {*PEER_IMAGES, *forecast_auto.IMAGES, *SHARE_RULE_IMAGES}
+    assert not set(images) & {*PEER_IMAGES, *forecast_auto.IMAGES, *forecast_auto.CALIBRATION_IMAGES,
+                              *forecast_auto.TUNING_IMAGES}
     for regime in results["regimes"].values():
         assert regime["proxy"] in results["builds"] and results["builds"][regime["proxy"]]["weights_sha256"]
 
