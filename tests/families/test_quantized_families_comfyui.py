@@ -3,9 +3,10 @@
 - GGUF through city96's ComfyUI-GGUF ``UnetLoaderGGUF`` (installed into this module's server from its
   snapshot in ``../shared/third_party``, see ``comfy_harness.third_party_pack``; skipped without it):
   the family's tiny seeded checkpoint (``devkit/comfy_models.py``: the one the family tests sample, or, for
-  the families whose stand-in is narrow, the same blocks at the real width these loaders detect) written as a Q8_0 GGUF with the ``gguf`` package (``krea2_gguf_files``' layout: 1-D and small tensors
-  and the bare parameters ComfyUI-GGUF's conversion keeps in F32, ``general.architecture`` as its
-  loader expects it), detected by ComfyUI from its tensors as the safetensors file is;
+  the families whose stand-in is narrow, the same blocks at the real width these loaders detect) written as a
+  Q8_0 GGUF with the ``gguf`` package (``krea2_gguf_files``' layout: 1-D and small tensors and the bare
+  parameters ComfyUI-GGUF's conversion keeps in F32, ``general.architecture`` as its loader expects it), detected
+  by ComfyUI from its tensors as the safetensors file is;
 - fp8 through *Load Diffusion Model* (``UNETLoader``) with ``weight_dtype`` ``fp8_e4m3fn`` ("fp8"), or, where that
   fails in ComfyUI itself (MiniMax H3, see its ``refused``), a scaled-fp8 file of the checkpoint with ``weight_dtype``
   ``default`` ("fp8_scaled": ComfyUI's mixed-precision layers, the norms kept in full precision);
@@ -93,11 +94,11 @@ class Refused:
 
 
 # One line per family (every FAMILIES key but Krea-2, see above). The full-width families (Z-Image, Qwen-Image and
-# Chroma: ComfyUI's loaders detect them only at their real width, so their files here are written on demand at it: 0.4-1B parameters, dequantized or cast on every call, 2-15 s a
-# call on 2 busy CPU cores) run fewer calls: Qwen-Image the GGUF's caching-off pair at 2 steps, Z-Image
-# and Chroma the GGUF's mask run alone. The layers that dequantize or cast are the same classes for every
-# family: the caching-off pair runs on the others, fp8 on an fp32 (Wan, Flux) and a bf16 (Qwen-Image)
-# checkpoint.
+# Chroma: ComfyUI's loaders detect them only at their real width, so their files here are written on demand at it:
+# 0.4-1B parameters, dequantized or cast on every call, 2-15 s a call on 2 busy CPU cores) run fewer calls:
+# Qwen-Image the GGUF's caching-off pair at 2 steps, Z-Image and Chroma the GGUF's mask run alone. The layers that
+# dequantize or cast are the same classes for every family: the caching-off pair runs on the others, fp8 on an fp32
+# (Wan, Flux) and a bf16 (Qwen-Image) checkpoint.
 QUANTIZED = {
     # Krea-2: ComfyUI's int8 files only (GGUF and fp8: see the module's docstring); the session's tiny Krea-2 is
     # cheap enough for every ``comfy_quant`` format.
