@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.forecast_error import PACK, ProxySampler, regime_build, rounded
+from benchmarks.forecast_error import PACK, ProxySampler, mae_255, regime_build, rounded
 from benchmarks.peers import dpcache
 from devkit.comfy_harness import find_comfyui, use_comfyui_in_process
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
@@ -63,7 +63,6 @@ feature_forecast = importlib.import_module(f"{PACK}.adapters.forecast.feature_fo
 auto_module = importlib.import_module(f"{PACK}.adapters.forecast.auto_schedule")
 # The DPCache-style peer's steps between computed ones: the last computed output, held.
 HOLD_OUTPUT = feature_forecast.Forecaster("linear", extrapolation=0.0, target="output")
-mae_255 = lambda a, b: importlib.import_module(f"{PACK}.adapters.image_compare").mae_255_and_mse(a, b)[0]  # noqa: E731
 
 
 def preset_calls(name: str, steps: int) -> int:

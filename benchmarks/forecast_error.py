@@ -48,6 +48,7 @@ from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 BENCH_DIR = Path(__file__).resolve().parent
 
 PACK = load_pack().__name__   # imports no ComfyUI
+image_compare = importlib.import_module(f"{PACK}.adapters.image_compare")
 feature_forecast = importlib.import_module(f"{PACK}.adapters.forecast.feature_forecast")
 forecast_schedule = importlib.import_module(f"{PACK}.adapters.forecast.forecast_schedule")
 forecast_settings = importlib.import_module(f"{PACK}.adapters.forecast.forecast_settings")
@@ -267,18 +268,22 @@ class ProxySampler:
         return Sampled(out, xs, denoised, *((features, outputs) if settings is None else (None, None)))
 
 
+def mae_255(image: torch.Tensor, reference: torch.Tensor) -> float:
+    """The mean absolute difference of two decoded images, on the 0-255 scale (the compare node's)."""
+    return image_compare.mae_255_and_mse(image, reference)[0]
+
+
 def closed_loop_run(sampler: ProxySampler, images, reference: list[Sampled], steps: int, cfg: float,
                     settings: ForecastSettings, decode) -> dict:
     """The node's run per image against the uncached one: per step the latent's and the denoised prediction's
     relative error (mean over images), and the decoded image's MAE/255."""
-    mae_255_and_mse = importlib.import_module(f"{PACK}.adapters.image_compare").mae_255_and_mse
     x_err, d_err, maes = [[] for _ in range(steps)], [[] for _ in range(steps)], []
     for image, ref in zip(images, reference):
         run = sampler.sample(image, steps, cfg, settings)
         for s in range(steps):
             x_err[s].append(relative(run.x[s], ref.x[s]))
             d_err[s].append(relative(run.denoised[s], ref.denoised[s]))
-        maes.append(mae_255_and_mse(decode(run.latent), decode(ref.latent))[0])
+        maes.append(mae_255(decode(run.latent), decode(ref.latent)))
     return {"x_rel_err": [statistics.mean(e) for e in x_err], "denoised_rel_err": [statistics.mean(e) for e in d_err],
             "mae_255": statistics.mean(maes), "mae_255_per_image": maes}
 

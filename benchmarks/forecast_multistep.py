@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.forecast_error import PACK, ProxySampler, node_preset, regime_build, rounded
+from benchmarks.forecast_error import PACK, ProxySampler, mae_255, regime_build, rounded
 from devkit.comfy_harness import find_comfyui, use_comfyui_in_process
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
@@ -43,7 +43,6 @@ REGIMES = {
 }
 
 settings_module = importlib.import_module(f"{PACK}.adapters.forecast.forecast_settings")
-mae_255 = lambda a, b: importlib.import_module(f"{PACK}.adapters.image_compare").mae_255_and_mse(a, b)[0]  # noqa: E731
 
 
 class MultistepSampler(ProxySampler):
@@ -59,7 +58,7 @@ class MultistepSampler(ProxySampler):
         import comfy.sample
 
         positive, negative, latent, noise = self.inputs(image)
-        model = self.model if settings is None else self.node.execute(self.model, node_preset(settings)).args[0]
+        model = self.model if settings is None else self.patched(settings)
         calls = []
         hook = self.first_block.register_forward_hook(lambda module, args, out: calls.append(1))
         try:
