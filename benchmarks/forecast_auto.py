@@ -116,7 +116,7 @@ def run_regime(sampler: ProxySampler, decode, cfg: float, grid: dict, presets: t
             row = {"steps": steps, "speedup": round(speedup, 3), "calls": calls,
                    "euler": mean_mae(sampler, decode, references, calls, cfg, None),
                    "auto": mean_mae(sampler, decode, references, steps, cfg, auto),
-                   "gap_shares": auto_plan.method_summary()["gap_shares"],
+                   "gap_shares": auto_plan.gap_shares(),
                    "presets": {name: mean_mae(sampler, decode, references, steps, cfg,
                                               settings_module.ForecastSettings.from_preset(name))
                                for name in presets if preset_calls(name, steps) == calls},
