@@ -225,8 +225,8 @@ def test_threshold_caching_decides_by_the_measured_change(server, harness):
     tokens together) is below the threshold (``check_threshold_caching``)."""
     threshold = harness.threshold
     check_threshold_caching(lambda value, label: harness.run(server, harness.prompt(
-        cache={"residual_diff_threshold": value, **dict(threshold.cache)}, steps=threshold.steps,
-        prefix=f"thr_{label}"))[1], steps=threshold.steps, warmup=threshold.warmup, full=threshold.full)
+        cache={"residual_diff_threshold": value}, steps=threshold.steps, prefix=f"thr_{label}"))[1],
+        steps=threshold.steps, full=threshold.full)
 
 
 @pytest.mark.parametrize("harness", having(lambda harness: harness.easycache))
@@ -258,7 +258,7 @@ def test_heun_serves_each_steps_first_evaluation_and_off_is_bit_identical(server
     wrappers (a masked step cached in each list), the corrector calls through the original lists; with caching off
     every call is routed the same and the outputs equal the graph without the node."""
     heun, lists = harness.heun, harness.spec.block_lists
-    steps = heun.steps or harness.steps
+    steps = harness.steps
     if heun.cached is not None:
         layout = heun.cached
         _, record = harness.run(server, harness.prompt(layout, sampler="heun", cache=FAST, steps=steps,

@@ -111,22 +111,19 @@ SINGLE_BLOCK_REPLACE = Patch("single_block_replace", single_block_replace, "patc
 
 @dataclasses.dataclass(frozen=True)
 class Threshold:
-    """Threshold caching's run: ``steps`` steps, ``warmup`` of them warmup (the node's ``cache`` inputs say so
-    when not the default 4); ``full``: first, threshold 2 caches every step the limits allow."""
+    """Threshold caching's run: ``steps`` steps, the node's default 4 of them warmup; ``full``: first, threshold 2
+    caches every step the limits allow."""
     steps: int = 8
-    warmup: int = 4
     full: bool = False
-    cache: tuple[tuple[str, object], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class Heun:
     """heun (two evaluations a step): ``cached``, the layout the mask is cached in (each step's first evaluation
     served, the other computed beside the cache); ``off``, the layout caching off is bit-identical to no node in
-    (None: not run); ``steps``: its own step count where each call is costly (None: the harness's)."""
+    (None: not run)."""
     cached: str | None
     off: str | None
-    steps: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
