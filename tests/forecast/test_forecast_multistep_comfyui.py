@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from devkit.krea2_prompts import krea2_prompt, with_forecast
-from helpers import run_ok
+from helpers import latent_and_record
 from record_checks import FORECAST_NOTHING, FORECAST_STEPS, check_attribution
 
 pytestmark = pytest.mark.comfyui
@@ -29,14 +29,6 @@ MULTISTEP_SAMPLERS = ["res_multistep", "res_multistep_ancestral", "res_multistep
                       "res_multistep_ancestral_cfg_pp", "deis", "ipndm", "ipndm_v", "gradient_estimation",
                       "gradient_estimation_cfg_pp", "lms", "dpmpp_2m"]
 STEPS, BLOCKS = 8, 4   # the tiny Krea-2's blocks
-
-
-def run(server, prompt) -> tuple[torch.Tensor, dict | None]:
-    """The sampled latent, and the node's record (None without the node)."""
-    if "5" not in prompt:
-        return server.saved_latent(run_ok(server, prompt), "7"), None
-    entry, [record] = server.run_with_stats(prompt)
-    return server.saved_latent(entry, "7"), record
 
 
 def graph(sampler: str, prefix: str, preset: str | None = None, **custom) -> dict:
@@ -58,17 +50,18 @@ def check_counted(record: dict, computed: list[int]):
 
 @pytest.mark.parametrize("sampler", MULTISTEP_SAMPLERS)
 def test_a_multistep_sampler_is_forecast_as_planned_and_nothing_forecast_is_no_node(comfy_server, sampler):
-    plain, _ = run(comfy_server, graph(sampler, f"ms_{sampler}_plain"))
+    plain, _ = latent_and_record(comfy_server, graph(sampler, f"ms_{sampler}_plain"))
 
-    nothing, record = run(comfy_server, graph(sampler, f"ms_{sampler}_nothing", "custom", **FORECAST_NOTHING))
+    nothing, record = latent_and_record(comfy_server, graph(sampler, f"ms_{sampler}_nothing", "custom",
+                                                            **FORECAST_NOTHING))
     check_counted(record, computed=list(range(STEPS)))
     assert torch.equal(nothing, plain), "forecasting nothing: the image without the node"
 
-    preset, record = run(comfy_server, graph(sampler, f"ms_{sampler}_preset", "turbo_5_of_8"))
+    preset, record = latent_and_record(comfy_server, graph(sampler, f"ms_{sampler}_preset", "turbo_5_of_8"))
     check_counted(record, computed=[s for s in range(STEPS) if s not in FORECAST_STEPS])
     assert torch.isfinite(preset).all() and not torch.equal(preset, plain)
 
-    auto, record = run(comfy_server, graph(sampler, f"ms_{sampler}_auto", "auto", speedup=2.0))
+    auto, record = latent_and_record(comfy_server, graph(sampler, f"ms_{sampler}_auto", "auto", speedup=2.0))
     computed = record["method"]["computed_steps"]
     assert len(computed) == STEPS // 2 and computed[0] == 0, computed
     check_counted(record, computed=computed)
