@@ -136,23 +136,29 @@ def prepare_packaging_tools():
     print(f"comfy-cli setup: {status}", flush=True)
 
 
-# The proxy tier's two models, built in this order (the Turbo proxy is distilled from the trained proxy).
-PROXY_BUILDS = (("Krea-2 proxy", "devkit.krea2_proxy"), ("Krea-2 Turbo proxy", "devkit.krea2_turbo_proxy"))
+# The proxy tier's models, built in this order, each with the build it is distilled from (the Turbo proxy
+# from the trained proxy), if any.
+PROXY_BUILDS = (("Krea-2 proxy", "devkit.krea2_proxy", None),
+                ("Krea-2 Turbo proxy", "devkit.krea2_turbo_proxy", "Krea-2 proxy"),
+                ("Flux proxy", "devkit.flux_proxy", None))
 
 
 def prepare_proxy(python: Path, comfy_root: Path | None):
     """The proxy tier's models, each built once into a cache outside the repository (with a progress
     bar) and reused while its generator is unchanged: the small trained Krea-2 (the 52-step, CFG 3.5
-    regime's), then the Turbo proxy distilled from it (the 8-step, CFG 1 regime's)."""
+    regime's), the Turbo proxy distilled from it (the 8-step, CFG 1 regime's), and the small trained
+    Flux (the Flux regimes', 20 and 28 steps at CFG 3.5)."""
     if comfy_root is None:
         return
-    failed = None
-    for name, module in PROXY_BUILDS:
-        if failed:   # the Turbo proxy's build would train the failed proxy again before distilling
-            print(f"{name} setup: not tried ({failed} failed; {consequence('proxy')})", flush=True)
+    failed = set()
+    for name, module, teacher in PROXY_BUILDS:
+        if teacher in failed:   # the distilled proxy's build would train its failed teacher again first
+            print(f"{name} setup: not tried ({teacher} failed; {consequence('proxy')})", flush=True)
+            failed.add(name)
             continue
         result = subprocess.run([python, "-m", module, "ensure", "--comfyui", comfy_root], cwd=REPO)
-        failed = name if result.returncode else None
+        if result.returncode:
+            failed.add(name)
         status = "ok" if result.returncode == 0 else f"FAILED ({consequence('proxy')})"
         print(f"{name} setup: {status}", flush=True)
 

@@ -123,6 +123,8 @@ PROXY_MODEL = "krea2_proxy.safetensors"                # the small trained Krea-
 # The proxy distilled to 8 steps at CFG 1 (devkit/krea2_turbo_proxy.py): the few-step (Turbo-like) regime's model.
 TURBO_PROXY_MODEL = "krea2_turbo_proxy.safetensors"
 PROXY_RANDOM_MODEL = "krea2_proxy_random.safetensors"  # seeded-random weights of the proxy's shape
+# The small trained Flux (devkit/flux_proxy.py): the same data set and class conditionings, with Flux's pooled vector.
+FLUX_PROXY_MODEL = "flux_proxy.safetensors"
 PROXY_SIZE = 128
 
 
@@ -130,11 +132,18 @@ def proxy_prompt(*, label: int, cfg=1.0, steps=8, cache: dict | None = None, see
                  model=PROXY_MODEL, prefix="krea2_proxy", nonce: int | None = None) -> dict:
     """``krea2_prompt`` for the proxy: class ``label``'s conditioning as the positive prompt, that
     conditioning zeroed (``ConditioningZeroOut``, what the proxy learned as "no prompt") as the
-    negative, 128x128. Node ids as in ``krea2_prompt``; "3" is the ConditioningZeroOut."""
+    negative, 128x128. Node ids as in ``krea2_prompt``; "3" is the ConditioningZeroOut. The Flux proxy's
+    conditioning carries the pooled vector it learned beside the tokens (zeroed with them)."""
     from devkit.krea2_proxy import SETTINGS, class_seed
 
     prompt = krea2_prompt(cfg=cfg, steps=steps, cache=cache, seed=seed, size=PROXY_SIZE, batch=batch, model=model,
                           pos_tokens=SETTINGS.tokens, prefix=prefix, nonce=nonce)
     prompt["2"]["inputs"].update(seed=class_seed(label), features=SETTINGS.context_features)
+    if model == FLUX_PROXY_MODEL:   # and the any-DiT cache node: the Krea-2 node refuses a Flux model
+        from devkit.flux_proxy import SETTINGS as FLUX
+
+        prompt["2"]["inputs"]["pooled_features"] = FLUX.pooled_features
+        if cache is not None:
+            prompt["5"]["class_type"] = "CacheDiTDBCache"
     prompt["3"] = {"class_type": "ConditioningZeroOut", "inputs": {"conditioning": ["2", 0]}}
     return prompt

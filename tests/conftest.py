@@ -413,6 +413,14 @@ def turbo_proxy(comfy_root, proxy):
 
 
 @pytest.fixture(scope="session")
+def flux_proxy(comfy_root):
+    """The small trained Flux (devkit/flux_proxy.py; built into its cache first when the cache has none)."""
+    from devkit.flux_proxy import ensure_flux_proxy
+
+    return ensure_flux_proxy(comfy_root)
+
+
+@pytest.fixture(scope="session")
 def proxy_server(comfy_root, tmp_path_factory, proxy, turbo_proxy):
     """A real ComfyUI server with the proxy, the Turbo proxy and seeded-random weights of their shape installed."""
     from devkit.krea2_prompts import PROXY_MODEL, PROXY_RANDOM_MODEL, TURBO_PROXY_MODEL

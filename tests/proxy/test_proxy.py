@@ -71,7 +71,7 @@ def test_both_proxies_are_native_krea2_checkpoints(proxy, turbo_proxy):
 
 def predictions(server, proxy, recipe: dict, per_class: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The classifier's labels for decoded uncached samples of every class, and the true labels."""
-    from krea2_proxy_classifier import fitted_classifier
+    from devkit.proxy_classifier import fitted_classifier
 
     classifier = fitted_classifier()
     predicted, labels = [], []
@@ -95,7 +95,7 @@ def share(hits: torch.Tensor) -> float:
 
 def test_the_classifier_reads_the_data_set():
     from devkit.krea2_proxy import dataset
-    from krea2_proxy_classifier import fitted_classifier
+    from devkit.proxy_classifier import fitted_classifier
 
     images, labels = dataset(64, seed=99)
     assert share(fitted_classifier().predict(images) == labels) == 1.0
@@ -108,7 +108,7 @@ def test_the_classifier_reads_noisy_decodes_of_the_data_set(proxy):
     The noise's stray saturated pixels widen the object's box: measured without the mask's smoothing,
     opening and largest part 28% are misread, with all but the largest part 2 of 128."""
     from devkit.krea2_proxy import dataset
-    from krea2_proxy_classifier import fitted_classifier
+    from devkit.proxy_classifier import fitted_classifier
 
     images, labels = dataset(128, seed=98)
     latent = proxy.codec.encode(images)

@@ -1,5 +1,5 @@
 """The proxies' builds: the build id follows what decides the weights, a pinned build is taken only when
-its weights are the ones its record names, and the two recipes still build (a few iterations each)."""
+its weights are the ones its record names, and the three recipes still build (a few iterations each)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 import torch
-from devkit import krea2_proxy, krea2_turbo_proxy, proxy_build
+from devkit import flux_proxy, krea2_proxy, krea2_turbo_proxy, proxy_build
 from devkit.comfy_harness import REPO_ROOT, comfyui_python
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -67,6 +67,19 @@ def test_a_pinned_recipe_keeps_its_build_id_and_a_new_recipe_gets_its_own():
     assert len(ids) == 2
 
 
+def test_the_flux_proxys_build_id_covers_the_data_set_it_shares_with_the_krea2_proxy(tmp_path, monkeypatch):
+    """The Flux proxy trains on the Krea-2 proxy's data set and codec: a change there is a new Flux build,
+    a docstring there is not."""
+    baseline = flux_proxy.build_id()
+    assert flux_proxy.cache_dir().name == f"flux-proxy-{baseline}"
+    reworded = _edited_builder(tmp_path, "reworded.py", '"""Images (B, 3, size, size) in [0, 1]', '"""Images, reworded')
+    monkeypatch.setattr(krea2_proxy, "__file__", str(reworded))
+    assert flux_proxy.build_id() == baseline
+    other_data = _edited_builder(tmp_path, "data.py", "low, high = 0.15 + 0.35 * u[:, 1]", "low, high = 0.2 + 0.35 * u[:, 1]")
+    monkeypatch.setattr(krea2_proxy, "__file__", str(other_data))
+    assert flux_proxy.build_id() != baseline
+
+
 def _a_build(folder, checkpoint_name="model.safetensors"):
     folder.mkdir(parents=True)
     save_file({"weight": torch.arange(12, dtype=torch.float32).reshape(3, 4)}, str(folder / checkpoint_name))
@@ -122,9 +135,9 @@ def _native_shapes(path):
 
 
 @pytest.mark.tier("proxy")
-def test_both_recipes_still_build_in_a_few_iterations(comfy_root, tmp_path, proxy):
+def test_every_recipe_still_builds_in_a_few_iterations(comfy_root, tmp_path, proxy, flux_proxy):
     """The recipes run end to end as a full build does (data, codec, training, the teacher's trajectories,
-    distillation, the build record), cut to a few iterations and trajectories."""
+    distillation, the held-out check, the build record), cut to a few iterations and trajectories."""
     python = comfyui_python(comfy_root)
     run = dict(cwd=REPO_ROOT, check=True, capture_output=True, text=True, timeout=600)
     subprocess.run([python, "-m", "devkit.krea2_proxy", "build", "--comfyui", str(comfy_root),
@@ -132,9 +145,15 @@ def test_both_recipes_still_build_in_a_few_iterations(comfy_root, tmp_path, prox
     tiny = ["--set", "iterations=2", "--set", "trajectories=1", "--set", "held_out=1", "--set", "teacher_batch=1"]
     subprocess.run([python, "-m", "devkit.krea2_turbo_proxy", "build", "--comfyui", str(comfy_root),
                     "--out", str(tmp_path / "turbo"), *tiny], **run)
-    for folder, name in ((tmp_path / "proxy", krea2_proxy.CHECKPOINT_NAME),
-                         (tmp_path / "turbo", krea2_turbo_proxy.CHECKPOINT_NAME)):
+    subprocess.run([python, "-m", "devkit.flux_proxy", "build", "--comfyui", str(comfy_root),
+                    "--out", str(tmp_path / "flux"), "--iterations", "2"], **run)
+    for folder, name, built in ((tmp_path / "proxy", krea2_proxy.CHECKPOINT_NAME, proxy),
+                                (tmp_path / "turbo", krea2_turbo_proxy.CHECKPOINT_NAME, proxy),
+                                (tmp_path / "flux", flux_proxy.CHECKPOINT_NAME, flux_proxy)):
         info = json.loads((folder / proxy_build.BUILD_INFO_NAME).read_text())
         assert info["weights_sha256"] == proxy_build.weights_sha256(folder / name)
-        assert _native_shapes(folder / name) == _native_shapes(proxy.checkpoint)
+        assert _native_shapes(folder / name) == _native_shapes(built.checkpoint)
     assert (tmp_path / "proxy" / krea2_proxy.CODEC_NAME).is_file()
+    assert (tmp_path / "flux" / flux_proxy.CODEC_NAME).is_file()
+    held_out = json.loads((tmp_path / "flux" / proxy_build.BUILD_INFO_NAME).read_text())["held_out"]
+    assert held_out["samples"] == len(krea2_proxy.CLASSES) * len(flux_proxy.HELD_OUT.seeds)

@@ -1,4 +1,5 @@
-"""A simple classifier of the proxy's images (devkit/krea2_proxy.py): which class a decoded sample shows.
+"""A simple classifier of the proxies' images (the data set of devkit/krea2_proxy.py, which the Flux proxy
+shares): which class a decoded sample shows.
 
 It reads the object (the saturated pixels) and describes it by a few shape measures and its hue,
 then picks the nearest class centre, fitted on the data set's own images. It lives apart from the
@@ -100,6 +101,11 @@ class NearestCentroid:
     def predict(self, images: torch.Tensor) -> torch.Tensor:
         z = (image_features(images) - self.mean) / self.std
         return torch.cdist(z, self.centroids).argmin(1)
+
+    def class_distance(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """(B,): each image's distance to its own class's centre, in standardised features."""
+        z = (image_features(images) - self.mean) / self.std
+        return (z - self.centroids[labels]).norm(dim=1)
 
 
 def fitted_classifier(seed: int = 7, count: int = 400) -> NearestCentroid:
