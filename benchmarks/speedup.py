@@ -122,12 +122,15 @@ def planned_calls(case: Case) -> int | None:
     step without the node or with caching off, the steps a step mask or a forecast schedule computes;
     None where a threshold decides as the run goes."""
     from krea2_cachedit.adapters.dbcache.settings import build_step_mask
+    from krea2_cachedit.adapters.forecast.auto_schedule import AUTO, DEFAULT_SPEEDUP, auto_calls
     from krea2_cachedit.adapters.forecast.forecast_schedule import ForecastSchedule
     from krea2_cachedit.adapters.forecast.forecast_settings import CUSTOM, ForecastSettings
 
     if case.cache is None:
         return case.steps
     if case.forecast is not None:
+        if case.forecast["preset"] == AUTO:   # its calls follow from the speedup asked for, on any step count
+            return auto_calls(case.steps, case.forecast.get("speedup", DEFAULT_SPEEDUP))
         if case.forecast["preset"] != CUSTOM:
             return sum(ForecastSettings.from_preset(case.forecast["preset"]).schedule.computed(case.steps))
         custom = {**FORECAST_CUSTOM_DEFAULTS, **case.forecast}

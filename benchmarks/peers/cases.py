@@ -2,9 +2,9 @@
 
 A case is one graph on a regime's proxy: uncached, through this pack's node (``cache``: its inputs),
 through ComfyUI's EasyCache or LazyCache (``peer``), or plain sampling at fewer steps (the first
-thing a user tries to sample faster), in a Turbo-like regime (on the Turbo proxy) or a Raw-like one
-(on the trained proxy). Its ``method`` names the curve it belongs to, its ``setting`` what varies
-along that curve.
+thing a user tries to sample faster), in a Turbo-like regime (on the Turbo proxy), a Raw-like one
+(on the trained proxy), or a Flux one (20 or 28 steps at CFG 3.5 on the Flux proxy, ``devkit/flux_proxy.py``).
+Its ``method`` names the curve it belongs to, its ``setting`` what varies along that curve.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 from benchmarks.speedup import Case, planned_calls
-from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+from devkit.krea2_prompts import FLUX_PROXY_MODEL, PROXY_MODEL, TURBO_PROXY_MODEL
 from benchmarks.projection import UNCACHED
 from benchmarks.projection import OFF_FULL_TEXT as CACHING_OFF_FULL_TEXT
+
+
+KREA2, FLUX = "Krea-2", "Flux"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,12 +26,23 @@ class Regime:
     cfg: float
     # The checkpoint's file name in the server's diffusion_models (__main__.py links each to its checkpoint).
     model: str = PROXY_MODEL
+    # Whose dynamics the proxy stands for: only Krea-2 rows are projected onto Krea-2's costs and held to
+    # the Krea-2 targets, and each family's run writes its own results (peers.json, peers_flux.json).
+    family: str = KREA2
 
 
 # The core nodes' own defaults besides the threshold (their reuse_threshold default is 0.2).
 PEER_DEFAULTS = {"start_percent": 0.15, "end_percent": 0.95, "verbose": False}
 # Turbo-like on the Turbo proxy (distilled for 8 steps at CFG 1, as Krea-2 Turbo is), Raw-like on the trained proxy.
-REGIMES = {"turbo": Regime(8, 1.0, TURBO_PROXY_MODEL), "raw": Regime(52, 3.5, PROXY_MODEL)}
+# The Flux proxy is a base model sampled with CFG, as Chroma, Flux.2 Klein base and de-distilled Flux.1 are
+# run: 20 and 28 steps at CFG 3.5 (cond and uncond batched).
+REGIMES = {"turbo": Regime(8, 1.0, TURBO_PROXY_MODEL), "raw": Regime(52, 3.5, PROXY_MODEL),
+           "flux20": Regime(20, 3.5, FLUX_PROXY_MODEL, FLUX), "flux28": Regime(28, 3.5, FLUX_PROXY_MODEL, FLUX)}
+
+
+def regimes_of(family: str) -> tuple[str, ...]:
+    return tuple(name for name, regime in REGIMES.items() if regime.family == family)
+
 
 # UNCACHED and CACHING_OFF_FULL_TEXT (the node with caching off and the text path on every call: its
 # own per-call cost) are named in projection.py, which prices rows by them.
@@ -45,14 +59,24 @@ PEERS = (EASYCACHE, LAZYCACHE)
 # the denoised latent from that same tensor. Shown for the record; not a setting anyone would pick.
 EASYCACHE_IN_PLACE = "EasyCache in place (fp32 compute)"
 NODE_DEFAULT_THRESHOLD = 0.24
-# Whole-call forecasting (the CacheDiTSpectrum node): its named presets, Spectrum as published, and a
-# sweep of the linear forecast's window (one step in N computed after 2 warmup steps, the last computed).
+# Whole-call forecasting (the CacheDiTSpectrum node): its named presets, Spectrum as published, a
+# sweep of the linear forecast's window (one step in N computed after 2 warmup steps, the last computed),
+# and ``auto`` at the speedups a user asks for (it lays its computed steps out on any step count).
 FORECAST_PRESETS = "Cache-DiT forecast presets"
 SPECTRUM_PUBLISHED = "Cache-DiT Spectrum as published"
 FORECAST_LINEAR = "Cache-DiT forecast, linear, window N"
-FORECAST_PRESET_NAMES = {"turbo": ("turbo_5_of_8", "turbo_4_of_8"), "raw": ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52")}
+FORECAST_AUTO = "Cache-DiT forecast auto, speedup"
+# The Raw presets' schedules are windows of steps, so they run at any step count (at 20 steps 7, 5 and 4
+# calls; at 28 8, 7 and 5); the Turbo presets are for 8 steps.
+RAW_PRESETS = ("raw_1_in_4", "raw_1_in_5", "raw_8_of_52")
+FORECAST_PRESET_NAMES = {"turbo": ("turbo_5_of_8", "turbo_4_of_8"), "raw": RAW_PRESETS,
+                         "flux20": RAW_PRESETS, "flux28": RAW_PRESETS}
 PUBLISHED_PRESETS = ("spectrum_paper", "spectrum_paper_fast")
-LINEAR_WINDOWS = {"turbo": (2.0, 3.0, 4.0), "raw": (3.0, 4.0, 6.0, 8.0)}
+LINEAR_WINDOWS = {"turbo": (2.0, 3.0, 4.0), "raw": (3.0, 4.0, 6.0, 8.0), "flux20": (2.0, 3.0, 4.0, 6.0),
+                  "flux28": (2.0, 3.0, 4.0, 6.0)}
+# The Krea-2 regimes' committed run predates these rows (benchmarks/forecast_auto.py measures auto on the
+# Krea-2 proxies); the Flux regimes have them.
+AUTO_SPEEDUPS = {"turbo": (), "raw": (), "flux20": (2.0, 3.0, 4.0, 6.0), "flux28": (2.0, 3.0, 4.0, 6.0)}
 
 NODE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
 FREE_THRESHOLDS = (0.08, 0.12, 0.16, 0.24, 0.32, 0.48)
@@ -69,10 +93,14 @@ PEER_DEFAULT_THRESHOLD = 0.2
 # slowest, denser where the Raw settings crowd. ComfyUI's multistep samplers (one model call per step like
 # euler, at CFG 1 and batched CFG: tests/benchmarks/test_peers_benchmark.py counts them) at a few of those
 # counts: Turbo's step masks and presets (6, 5, 4); Raw's ultra mask and thresholds (17) and presets (13, 11).
+# Flux: nothing was measured before its first run, so its span is dense, from auto's fewest calls (3 at 6x)
+# to one below the full steps; its multistep counts: auto at 2x (10 of 20, 14 of 28) and the presets' range.
 FEWER_STEPS = "fewer steps, euler"
-FEWER_STEPS_SPAN = {"turbo": (7, 6, 5, 4, 3), "raw": (35, 26, 20, 17, 13, 11, 10, 9, 8, 6)}
+FEWER_STEPS_SPAN = {"turbo": (7, 6, 5, 4, 3), "raw": (35, 26, 20, 17, 13, 11, 10, 9, 8, 6),
+                    "flux20": tuple(range(19, 2, -1)),
+                    "flux28": (27, 26, 24, 22, 20, 18, 16, 14, 12, 10, 9, 8, 7, 6, 5, 4, 3)}
 MULTISTEP_SAMPLERS = ("dpmpp_2m", "res_multistep", "ipndm", "deis", "uni_pc_bh2")
-MULTISTEP_COUNTS = {"turbo": (6, 5, 4), "raw": (17, 13, 11)}
+MULTISTEP_COUNTS = {"turbo": (6, 5, 4), "raw": (17, 13, 11), "flux20": (10, 7, 5), "flux28": (14, 8, 5)}
 
 # Images: (class of the proxy's data set, seed); classes of both colour schemes and several shapes.
 IMAGES = ((0, 0), (5, 1), (2, 2), (7, 3))
@@ -138,6 +166,7 @@ def forecast_cases(regime: str) -> list[PeerCase]:
     cases += [forecast_case(regime, SPECTRUM_PUBLISHED, name, name) for name in PUBLISHED_PRESETS]
     cases += [forecast_case(regime, FORECAST_LINEAR, f"{n:g}", "custom", forecast="linear", warmup_steps=2,
                             window_size=n, window_growth=0.0, final_computed_steps=1) for n in LINEAR_WINDOWS[regime]]
+    cases += [forecast_case(regime, FORECAST_AUTO, f"{x:g}", "auto", speedup=x) for x in AUTO_SPEEDUPS[regime]]
     return cases
 
 
@@ -148,7 +177,7 @@ def peer_case(regime: str, peer: str, threshold: float, own_input: bool = True) 
     return made
 
 
-def full_cases(regimes=tuple(REGIMES)) -> list[PeerCase]:
+def full_cases(regimes=regimes_of(KREA2)) -> list[PeerCase]:
     cases = []
     for regime in regimes:
         cases += [case(regime, UNCACHED), *caching_off_cases(regime)]
@@ -196,7 +225,7 @@ def is_node(row: dict) -> bool:
 
 def is_forecast(row: dict) -> bool:
     """A row of the whole-call forecasting node (the other node rows are the DBCache node's)."""
-    return row["method"] in (FORECAST_PRESETS, SPECTRUM_PUBLISHED, FORECAST_LINEAR)
+    return row["method"] in (FORECAST_PRESETS, SPECTRUM_PUBLISHED, FORECAST_LINEAR, FORECAST_AUTO)
 
 
 def is_fewer_steps(row: dict) -> bool:
@@ -206,6 +235,12 @@ def is_fewer_steps(row: dict) -> bool:
 
 def is_multistep(row: dict) -> bool:
     return is_fewer_steps(row) and row["method"] != FEWER_STEPS
+
+
+def families(rows: list[dict]) -> list[str]:
+    """The families whose proxies the rows sampled, in REGIMES' order."""
+    return [family for family in dict.fromkeys(r.family for r in REGIMES.values())
+            if any(REGIMES[row["regime"]].family == family for row in rows)]
 
 
 def is_node_default(row: dict) -> bool:

@@ -7,8 +7,8 @@ Each margin is judged by the median of per-repeat ratios and its 95% confidence 
 
 from __future__ import annotations
 
-from .cases import (CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_PRESETS, PEERS, SPECTRUM_PUBLISHED, UNCACHED,
-                    is_forecast, is_node, is_node_default)
+from .cases import (CACHING_OFF, CACHING_OFF_FULL_TEXT, FORECAST_AUTO, FORECAST_PRESETS, PEERS, SPECTRUM_PUBLISHED,
+                    UNCACHED, is_forecast, is_node, is_node_default)
 from .compare import EQUAL_SPEED, against_fewer_steps, best_at_least_as_fast, euler_curve
 from benchmarks.spread import (CONFIDENCE, Spread, at_least, caching_efficiency, interval_at_least, median_interval,
                                paired_ratios, show)
@@ -19,6 +19,7 @@ NODE_COST_CEILING = 0.01        # caching off, text path on every call, against 
 CACHING_EFFICIENCY_FLOOR = 0.90  # a caching row's speedup over caching off, as a share of its ideal
 # Whole-call forecasting's targets: per Turbo preset, the MAE/255 it must stay under and beat every DBCache
 # and peer setting at least as fast with; on Raw, some forecast setting at this projected speedup and MAE.
+# Krea-2's targets: checked only where the run has that regime (a Flux run is held to none of them).
 FORECAST_TARGETS = {"turbo": (("turbo_5_of_8", 1.5), ("turbo_4_of_8", 3.0))}
 RAW_FORECAST_TARGET = ("raw", 4.0, 1.5)
 
@@ -51,8 +52,8 @@ EQUAL_CALLS = "step_ideal"
 
 
 def fewer_steps_checks(rows: list[dict]) -> list[str]:
-    """Per regime with fewer-steps rows, report only (no target): the node's defaults and each forecast
-    preset against euler at as many computed model calls (its curve between its step counts), the best
+    """Per regime with fewer-steps rows, report only (no target): the node's defaults, each forecast preset
+    and ``auto`` against euler at as many computed model calls (its curve between its step counts), the best
     multistep sampler at the nearest count with as few calls beside."""
     lines = []
     for regime in sorted({r["regime"] for r in rows}):
@@ -61,7 +62,7 @@ def fewer_steps_checks(rows: list[dict]) -> list[str]:
         if len(curve) < 2:
             continue
         lines += [fewer_steps_check(against_fewer_steps(r, curve, of_regime, EQUAL_CALLS)) for r in of_regime
-                  if is_node_default(r) or r["method"] in (FORECAST_PRESETS, SPECTRUM_PUBLISHED)]
+                  if is_node_default(r) or r["method"] in (FORECAST_PRESETS, SPECTRUM_PUBLISHED, FORECAST_AUTO)]
     return lines
 
 
@@ -101,6 +102,8 @@ def forecast_checks(rows: list[dict]) -> list[str]:
                              f"(at most {ceiling:g}, below every DBCache and peer setting at least as fast: "
                              f"{rival}) ({'ok' if ok else 'MISSED'})")
     regime, speedup, ceiling = RAW_FORECAST_TARGET
+    if not any(r["regime"] == regime for r in rows):
+        return lines
     forecasts = [r for r in rows if r["regime"] == regime and is_forecast(r)]
     for key in bases:
         fast = [r for r in forecasts if r[key] >= speedup]

@@ -87,8 +87,10 @@ def nearest_multistep(of_regime: list[dict], speed: float, key: str) -> dict | N
 
 def computed_calls(row: dict) -> float:
     """Model calls that ran the whole model: the node's cached or forecast calls and a peer's skipped
-    steps left out (mean over the runs)."""
-    return row["calls"] - (row["cached_calls"] if is_node(row) else statistics.mean(row["skipped"]))
+    steps left out (mean over the images). A node's call counts as cached when every block list skipped
+    it (its record's skipped steps): on Flux's two lists a call that one list skipped still ran the other's
+    blocks, though ``cached_calls`` counts it; on one list the two counts are the same."""
+    return row["calls"] - statistics.mean(row["skipped"])
 
 
 def against_fewer_steps(row: dict, curve: list, of_regime: list[dict], key: str) -> dict:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .cases import (EASYCACHE, EASYCACHE_IN_PLACE, FEWER_STEPS, LAZYCACHE, MULTISTEP_SAMPLERS, PEERS, REGIMES, UNCACHED,
-                    is_node_default, multistep_method)
+from .cases import (EASYCACHE, EASYCACHE_IN_PLACE, FEWER_STEPS, FORECAST_AUTO, LAZYCACHE, MULTISTEP_SAMPLERS, PEERS,
+                    REGIMES, UNCACHED, is_node_default, multistep_method)
 from benchmarks.projection import GPU_CALL_S
 
 PEER_STYLE = {EASYCACHE: dict(color="black", linestyle="--"), LAZYCACHE: dict(color="darkgoldenrod", linestyle="--")}
@@ -73,7 +73,8 @@ def draw_panel(axis, of_regime: list[dict], methods: list[str], key: str, label:
 
 def method_style(method: str) -> dict:
     """Uncached a dot, the peers bold dashed lines, EasyCache in place a cross, fewer steps a bold dotted line
-    (euler) and open markers (the multistep samplers), the node's methods thin lines."""
+    (euler) and open markers (the multistep samplers), the Forecast node's ``auto`` a bold line, the node's
+    other methods thin lines."""
     if method == UNCACHED:
         return dict(color="black", marker="o", linestyle="none")
     if method == FEWER_STEPS:
@@ -85,4 +86,6 @@ def method_style(method: str) -> dict:
         return dict(marker="s", linewidth=2.4, markersize=6, **PEER_STYLE[method])
     if method == EASYCACHE_IN_PLACE:
         return dict(marker="x", color="grey", linestyle="none", markersize=8)
+    if method == FORECAST_AUTO:   # the setting a user picks by speed: bold, out of the thin lines' colour cycle
+        return dict(color="teal", marker="o", linewidth=2.4, markersize=6)
     return dict(marker="o", linewidth=1.2, markersize=4)

@@ -1,7 +1,8 @@
 """What a peer-benchmark run leaves: the JSON and the plot, and the printed table, verdicts and checks.
 
 The rows are compared on the measured wall clock and, when Krea-2's component costs are measured
-(krea2_costs.py), on the speedup projected onto Krea-2 (projection.py) as well.
+(krea2_costs.py) and every row samples a Krea-2 proxy, on the speedup projected onto Krea-2
+(projection.py) as well; the Flux proxy's rows are not projected (Krea-2's costs are not Flux's).
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import datetime
 import re
 from pathlib import Path
 
-from .cases import CACHING_OFF_FULL_TEXT, REGIMES, is_node_default  # first: its speedup import loads the pack
+from .cases import (CACHING_OFF_FULL_TEXT, FLUX, KREA2, REGIMES, families,  # first: its speedup import loads the pack
+                    is_node_default, regimes_of)
 from .checks import target_checks
 from .compare import fewer_steps_lines, head_to_head, verdict_lines
 from .plot import plot
@@ -38,26 +40,41 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | None, turbo_proxy) -> dict:
-    """The run's conditions; ``proxies``: the build (cache folder) each regime sampled, ``proxy`` the one
-    whose codec decoded every image."""
+NOTES = {KREA2: "small trained Krea-2 proxies on procedural images (Turbo-like: the Turbo proxy distilled for 8 "
+                "steps at CFG 1; Raw-like: the trained proxy): dynamics, not Krea-2 quality",
+         FLUX: "a small trained Flux proxy (ComfyUI's Flux at width 256, 2 double and 4 single blocks, a base model "
+               "sampled at CFG 3.5) on the Krea-2 proxy's procedural images: dynamics, not Flux quality"}
+
+
+def conditions(comfy_root: Path, proxy, images, repeats: int, threads: str | None, turbo_proxy,
+               flux_proxy=None, regimes=regimes_of(KREA2)) -> dict:
+    """The run's conditions; ``proxies``: the build (cache folder) each of ``regimes`` sampled (each decoded by
+    its build's codec: the Turbo proxy's is the trained proxy's), ``builds`` their weights, ``proxy`` the trained
+    proxy (the Flux proxy in a run without it). A build not sampled is None."""
     import torch
 
-    from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+    from devkit.krea2_prompts import FLUX_PROXY_MODEL, PROXY_MODEL, TURBO_PROXY_MODEL
 
     version = re.search(r'__version__\s*=\s*"([^"]+)"', (comfy_root / "comfyui_version.py").read_text())
-    builds = {PROXY_MODEL: proxy.checkpoint.parent.name, TURBO_PROXY_MODEL: turbo_proxy.checkpoint.parent.name}
+    built = {model: b for model, b in ((PROXY_MODEL, proxy), (TURBO_PROXY_MODEL, turbo_proxy),
+                                       (FLUX_PROXY_MODEL, flux_proxy)) if b is not None}
+    main = proxy or flux_proxy
     return {"date": datetime.date.today().isoformat(), "comfyui": version.group(1) if version else "unknown",
             "torch": torch.__version__, "device": "CPU", "threads": threads,
-            "proxy": proxy.checkpoint.parent.name, "models": {name: regime.model for name, regime in REGIMES.items()},
-            "proxies": {name: builds[regime.model] for name, regime in REGIMES.items()},
-            "builds": {built.checkpoint.parent.name: {"weights_sha256": built.info["weights_sha256"]}
-                       for built in (proxy, turbo_proxy)},
-            "image_size": proxy.settings.image_size,
+            "proxy": main.checkpoint.parent.name, "models": {name: REGIMES[name].model for name in regimes},
+            "proxies": {name: built[REGIMES[name].model].checkpoint.parent.name for name in regimes},
+            "builds": {b.checkpoint.parent.name: {"weights_sha256": b.info["weights_sha256"]} for b in built.values()},
+            "image_size": main.settings.image_size,
             "sampler": "euler/simple (the fewer-steps rows: their own sampler, simple)",
             "images": [list(i) for i in images], "repeats": repeats,
-            "note": "small trained Krea-2 proxies on procedural images (Turbo-like: the Turbo proxy distilled for 8 "
-                    "steps at CFG 1; Raw-like: the trained proxy): dynamics, not Krea-2 quality"}
+            "note": "; ".join(NOTES[family] for family in dict.fromkeys(REGIMES[name].family for name in regimes))}
+
+
+def title(rows: list[dict], info: dict) -> str:
+    """The plot's title, naming the proxies the rows sampled (a Flux run's are no Krea-2 proxy)."""
+    names = " and ".join(families(rows))
+    return (f"{names} proxy (small trained model, {info['device']}, {info['threads']} thread(s)), {info['date']}: "
+            f"proxy figures, dynamics, not {names} quality")
 
 
 def write_results(rows: list[dict], comparisons: dict, info: dict, out_dir: Path,
@@ -67,23 +84,29 @@ def write_results(rows: list[dict], comparisons: dict, info: dict, out_dir: Path
     json_path, png_path = out_dir / f"{stem}.json", out_dir / f"{stem}.png"
     written = {"conditions": info, "rows": rows, "comparisons": comparisons, "own_cost": own_cost or {}}
     json_path.write_text(strict_json(written, indent=1) + "\n")
-    drawn = plot(rows, png_path, f"Krea-2 proxy (small trained model, {info['device']}, {info['threads']} thread(s)), "
-                                 f"{info['date']}: proxy figures, dynamics, not Krea-2 quality")
+    drawn = plot(rows, png_path, title(rows, info))
     return json_path, png_path, drawn
 
 
 def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers",
            costs_path: Path = COSTS, own_cost: dict | None = None) -> tuple[list[dict], dict]:
-    """Compare (measured, and projected when Krea-2's component costs are measured), write the JSON and
-    the plot, print the Markdown table, the verdicts, the settings against fewer steps and the target checks."""
+    """Compare (measured, and projected when Krea-2's component costs are measured and the rows are Krea-2's),
+    write the JSON and the plot, print the Markdown table, the verdicts, the settings against fewer steps and
+    the target checks."""
     comparisons = head_to_head(rows)
     bases = [comparisons]
-    if costs_path.exists() and any(r["method"] == CACHING_OFF_FULL_TEXT for r in rows):
+    krea2 = families(rows) == [KREA2]
+    if not krea2:
+        info = {**info, "projection": None}   # said so, rather than left out: the JSON tells why
+    elif costs_path.exists() and any(r["method"] == CACHING_OFF_FULL_TEXT for r in rows):
         info = {**info, "projection": add_projection(rows, krea2_costs.load(costs_path))}
         comparisons["projected"] = head_to_head(rows, key="projected")
         bases.append(comparisons["projected"])
     json_path, png_path, _ = write_results(rows, comparisons, info, out_dir, stem, own_cost)
     print(markdown_table(rows))
+    if not krea2:
+        print(f"\nNot projected on Krea-2: Krea-2's component costs price only Krea-2 proxy rows, these sample the "
+              f"{' and '.join(families(rows))} proxy; speeds are measured on the proxy and counted in model calls.")
     for result in bases:
         basis = "measured" if result["basis"] == "wall" else "PROJECTED on Krea-2"
         print(f"\nAt each peer setting, the node's best setting at least as fast (within 5%), {basis}:")

@@ -25,6 +25,12 @@ def reference_of(cases: list[PeerCase], regime: str) -> PeerCase:
     return reference
 
 
+def decoder(decode, model: str):
+    """``decode``: one decoder for every case, or one per model file name (the Krea-2 proxies' latents are in
+    Wan 2.1's latent space, the Flux proxy's in Flux's, each with its own codec)."""
+    return decode[model] if isinstance(decode, dict) else decode
+
+
 def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list[dict]:
     import torch
 
@@ -32,8 +38,9 @@ def summarize(cases: list[PeerCase], times: dict, samples: dict, decode) -> list
     for c in cases:
         reference = reference_of(cases, c.regime)
         maes, mses, finite = [], [], True
+        decode_case = decoder(decode, c.model)   # the reference samples the same model
         for image, runs in samples[c.name].items():
-            picture, target = decode(runs[-1].latent), decode(samples[reference.name][image][-1].latent)
+            picture, target = decode_case(runs[-1].latent), decode_case(samples[reference.name][image][-1].latent)
             finite = finite and bool(torch.isfinite(picture).all())
             mae, mse = mae_255_and_mse(picture, target)
             maes.append(mae)

@@ -18,7 +18,8 @@ OWN_COST_PAIRS = 30
 
 
 def measure(server: ComfyServer, cases: list[PeerCase], images, repeats: int, decode, progress=print) -> list[dict]:
-    """Every case on every image, ``repeats`` times in alternating order; one summary row per case."""
+    """Every case on every image, ``repeats`` times in alternating order; one summary row per case (``decode``:
+    one decoder, or one per model file name: ``rows.decoder``)."""
     names = [c.name for c in cases]
     if len(set(names)) != len(names):
         raise ValueError(f"case names must be unique: {names}")

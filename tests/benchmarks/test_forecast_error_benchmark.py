@@ -71,11 +71,12 @@ def test_the_open_loop_reads_what_each_settings_target_forecasts():
 
 
 def test_each_regime_samples_the_peer_benchmarks_model():
-    """The same regimes as the peer benchmark's, each on the same model (8 steps: the Turbo proxy)."""
+    """The same regimes as the peer benchmark's Krea-2 ones, each on the same model (8 steps: the Turbo proxy)."""
     from devkit.krea2_prompts import TURBO_PROXY_MODEL
-    from benchmarks.peers.cases import REGIMES as PEER_REGIMES
+    from benchmarks.peers.cases import KREA2, REGIMES as PEER_REGIMES, regimes_of
 
-    assert forecast_error.REGIMES == {name: (r.steps, r.cfg, r.model) for name, r in PEER_REGIMES.items()}
+    assert forecast_error.REGIMES == {name: (PEER_REGIMES[name].steps, PEER_REGIMES[name].cfg, PEER_REGIMES[name].model)
+                                      for name in regimes_of(KREA2)}
     assert forecast_error.REGIMES["turbo"][2] == TURBO_PROXY_MODEL
 
 

@@ -233,7 +233,7 @@ def test_a_caching_row_is_judged_by_the_confidence_interval_of_its_median_share(
 
 
 def test_fewer_steps_run_at_every_call_count_the_node_fixes_and_across_the_thresholds():
-    cases = peers_cases.full_cases()
+    cases = peers_cases.full_cases(tuple(peers_cases.REGIMES))
     for regime, of in peers_cases.REGIMES.items():
         of_regime = [c for c in cases if c.regime == regime]
         euler = [c.steps for c in of_regime if c.method == peers_cases.FEWER_STEPS]
@@ -250,6 +250,7 @@ def test_fewer_steps_run_at_every_call_count_the_node_fixes_and_across_the_thres
                 assert (c.cfg, c.model, c.cache, c.peer) == (of.cfg, of.model, None, None), c
     # What the presets say of themselves (adapters/forecast/forecast_settings.py) and cache-dit's masks
     # compute, read from the pack's plans; Raw's masks compute more calls than the span names.
+    cases = [c for c in cases if c.regime in peers_cases.regimes_of(peers_cases.KREA2)]
     named = {c.setting: planned_calls(c) for c in cases if c.method == peers_cases.FORECAST_PRESETS}
     assert named == {"turbo_5_of_8": 5, "turbo_4_of_8": 4, "raw_1_in_4": 13, "raw_1_in_5": 11,
                      "raw_8_of_52": 8}
@@ -267,10 +268,10 @@ def peers_entry():
 
 
 def test_each_regime_names_the_model_it_samples(tmp_path):
-    from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
+    from devkit.krea2_prompts import FLUX_PROXY_MODEL, PROXY_MODEL, TURBO_PROXY_MODEL
 
     assert {name: regime.model for name, regime in peers_cases.REGIMES.items()} == \
-        {"turbo": TURBO_PROXY_MODEL, "raw": PROXY_MODEL}
+        {"turbo": TURBO_PROXY_MODEL, "raw": PROXY_MODEL, "flux20": FLUX_PROXY_MODEL, "flux28": FLUX_PROXY_MODEL}
     for made in (peers_cases.case("turbo", peers_cases.UNCACHED), peers_cases.fewer_steps_case("turbo", 4, "deis"),
                  peers_cases.peer_case("turbo", peers_cases.EASYCACHE, 0.2)):
         prompt = peers_sample.case_prompt(made, label=0, seed=0)
@@ -290,11 +291,16 @@ def test_each_regime_names_the_model_it_samples(tmp_path):
 
 
 @proxy_tier
-def test_each_regime_samples_its_own_build(proxy, turbo_proxy):
-    """Turbo-like cases sample the Turbo proxy's checkpoint, Raw-like ones the trained proxy's."""
-    checkpoints = peers_entry().model_checkpoints(proxy, turbo_proxy)
-    assert {name: checkpoints[regime.model] for name, regime in peers_cases.REGIMES.items()} == \
-        {"turbo": turbo_proxy.checkpoint, "raw": proxy.checkpoint}
+def test_each_regime_samples_its_own_build(comfy_root, proxy, turbo_proxy):
+    """Turbo-like cases sample the Turbo proxy's checkpoint, Raw-like ones the trained proxy's; a Krea-2 run
+    takes no Flux build."""
+    from devkit.krea2_prompts import PROXY_MODEL
+
+    entry = peers_entry()
+    checkpoints = entry.model_checkpoints(entry.ensure_builds(comfy_root, {PROXY_MODEL}))
+    assert set(checkpoints) == {peers_cases.REGIMES[name].model for name in peers_cases.regimes_of(peers_cases.KREA2)}
+    assert {name: checkpoints[peers_cases.REGIMES[name].model] for name in peers_cases.regimes_of(peers_cases.KREA2)} \
+        == {"turbo": turbo_proxy.checkpoint, "raw": proxy.checkpoint}
 
 
 def fewer_row(case, method, wall, mae, steps, skipped=0, ideal=None, calls=None):
@@ -346,7 +352,8 @@ def test_each_multistep_sampler_makes_one_model_call_per_step(proxy_server):
     batched at CFG above 1), counted by the node caching nothing; heun, two calls a step, shows the count."""
     listed = proxy_server.get("/object_info/KSampler")["KSampler"]["input"]["required"]["sampler_name"][0]
     assert set(peers_cases.MULTISTEP_SAMPLERS) <= set(listed), listed
-    for regime in peers_cases.REGIMES.values():
+    # The server has the Krea-2 proxies: CFG 1 and batched CFG, what sets a sampler's calls, are both here.
+    for regime in (peers_cases.REGIMES[name] for name in peers_cases.regimes_of(peers_cases.KREA2)):
         for sampler in ("euler", *peers_cases.MULTISTEP_SAMPLERS, "heun"):
             made = peers_cases.PeerCase("calls", 5, regime.cfg, {"residual_diff_threshold": 0.0}, sampler=sampler,
                                         model=regime.model)
