@@ -106,6 +106,23 @@ def step_changes(comfy_root: Path, proxy: str, cases: list[tuple[int, int]], ste
     return {"proxy": proxy, "steps": steps, "cfg": cfg, "summary": summary, "rows": rows}
 
 
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "proxy_step_changes.json"
+PROXY_NAMES = {"base": "Krea-2 proxy", "turbo": "Krea-2 Turbo proxy", "flux": "Flux proxy"}
+
+
+def markdown_table(results: dict) -> str:
+    """docs/proxy.md's table of the results file: per run, each list's and the final layer's median change per
+    step (and its range)."""
+    lines = ["| proxy | steps, CFG | first block's residual, per list | final layer's input |", "|---|---|---|---|"]
+    for run in results["runs"]:
+        summary = dict(run["summary"])
+        final = summary.pop("final layer input")
+        lists = "; ".join(f"`{name}` {s['median']:.3f} ({s['min']:.3f}-{s['max']:.3f})" for name, s in summary.items())
+        lines.append(f"| {PROXY_NAMES[run['proxy']]} | {run['steps']}, {run['cfg']:g} | {lists} | "
+                     f"{final['median']:.3f} ({final['min']:.3f}-{final['max']:.3f}) |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
