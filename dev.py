@@ -13,7 +13,9 @@ With ComfyUI, both need a small trained Krea-2 proxy (devkit/krea2_proxy.py) and
 distilled from it (devkit/krea2_turbo_proxy.py), cached in ~/.cache/krea2-cachedit: copied from their
 pinned builds (../shared/proxies, docs/proxy.md), else built (about 13 minutes on 2 CPU cores, then
 about 9 of one core more): ``test`` makes sure of both first; ``demo``, when they
-are not built yet, shows the seeded-random model's table first and builds them after that.
+are not built yet, shows the seeded-random model's table first and builds them after that. ``test`` also
+makes sure of the small trained Flux (devkit/flux_proxy.py), the Flux regimes' model: taken from its
+pinned build once there is one, else built (about 13 minutes of one core).
 
 and the GPU check (docs/gpu-check.md): Krea-2 Turbo and Raw at full size on a GPU machine
 without network, with and without the cache and torch.compile:
