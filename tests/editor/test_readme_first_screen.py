@@ -1,9 +1,11 @@
 """The README's first screen ("Which node, what setting, what to expect") and the templates that run it.
 
-Each row names a node (bold), a setting (a preset or "its defaults") and the templates that run it: every
-template named exists, holds that node and runs that setting, at the step count the row states; a row's
-"N of S" is what the preset computes at S steps, and "as many as N plain steps" says the same N. A row that
-points at "each model's `*_compare` template" holds every compare template with that node to the setting.
+Each row names a node (bold), a setting (a preset, "its defaults", or a DBCache step mask and calibrator:
+"mask `X` + calibrator `Y`", the rest at the defaults) and the templates that run it: every template named exists,
+holds that node and runs that setting, at the step count the row states; a row's "N of S" is what the preset or
+the mask computes at S steps, and "as many as M plain steps" is the pack's own plan for it (a preset: M = N; a
+mask: the equal-cost steps the template's fewer-steps branch runs). A row that points at "each model's
+`*_compare` template" holds every compare template with that node to the setting.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from node_schemas import pack_node_infos
+from devkit.example_templates import FAMILY_TEMPLATES, fewer_steps
+from krea2_cachedit.adapters.dbcache.settings import DBCacheSettings, plan_run
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +42,13 @@ def first_screen_rows() -> list[list[str]]:
 def cache_nodes(template: str, node_id: str) -> list[dict]:
     workflow = json.loads((TEMPLATES / f"{template}.json").read_text())
     return [node for node in workflow["nodes"] if node["type"] == node_id]
+
+
+def fewer_sampler_steps(template: str) -> set[int]:
+    """The step counts of the template's fewer-steps branch (its KSampler titled "... (fewer steps)")."""
+    workflow = json.loads((TEMPLATES / f"{template}.json").read_text())
+    return {node["widgets_values"][2] for node in workflow["nodes"]
+            if node["type"] == "KSampler" and "(fewer steps)" in node.get("title", "")}
 
 
 def cached_sampler_steps(template: str) -> set[int]:
@@ -83,6 +94,8 @@ def test_each_recommended_setting_runs_in_its_template(row, dbcache_defaults):
                      if p.stem not in named and cache_nodes(p.stem, node_id)]
     assert templates, f"{model}: no template named"
     preset = re.search(r"preset `(\w+)`", setting)
+    masked = re.search(r"mask `(\w+)` \+ calibrator `(\w+)`", setting)
+    named = {"steps_mask": masked.group(1), "calibrator": masked.group(2)} if masked else {}
     for template in templates:
         assert (TEMPLATES / f"{template}.json").is_file(), f"{model}: no template {template}"
         nodes = cache_nodes(template, node_id)
@@ -92,10 +105,11 @@ def test_each_recommended_setting_runs_in_its_template(row, dbcache_defaults):
             if preset:
                 assert values[0] == preset.group(1), f"{template}: preset {values[0]!r}, the README says {preset.group(1)}"
             else:
-                assert "its defaults" in setting, f"{model}: neither a preset nor the defaults: {setting!r}"
-                differ = [name for name, value in zip(dbcache_defaults, values)
-                          if value != dbcache_defaults[name] and DEVIATIONS.get(template) != name]
-                assert not differ, f"{template}: {differ} are not the node's defaults"
+                assert masked or "its defaults" in setting, f"{model}: no preset, mask or defaults: {setting!r}"
+                expected = dbcache_defaults | named
+                differ = [name for name, value in zip(expected, values)
+                          if value != expected[name] and DEVIATIONS.get(template) != name]
+                assert not differ, f"{template}: {differ} are not the row's setting (the rest: the node's defaults)"
     counted = re.fullmatch(r"(\d+) of (\d+): as many as (\d+) plain steps", calls)
     if preset:
         assert counted, f"{model}: a preset computes a known number of calls; the row says {calls!r}"
@@ -104,5 +118,16 @@ def test_each_recommended_setting_runs_in_its_template(row, dbcache_defaults):
         assert computed == as_many == sum(plan.mask), f"{model}: {preset.group(1)} computes {sum(plan.mask)} of {steps}"
         for template in templates:
             assert cached_sampler_steps(template) == {steps}, f"{template}: the cached branch runs other step counts"
+    elif masked:
+        assert counted, f"{model}: a step mask computes a known number of calls; the row says {calls!r}"
+        computed, steps, as_many = map(int, counted.groups())
+        for template in templates:
+            widgets = dict(zip(dbcache_defaults, cache_nodes(template, node_id)[0]["widgets_values"]))
+            plan = plan_run(DBCacheSettings(**widgets), steps, sum(FAMILY_TEMPLATES[f"{template}.json"].blocks), "x")
+            equal_cost, exact = fewer_steps(widgets, steps, FAMILY_TEMPLATES[f"{template}.json"].blocks)
+            assert exact and computed == sum(plan.mask), f"{model}: {named} computes {sum(plan.mask)} of {steps}"
+            assert as_many == equal_cost, f"{model}: {named} at {steps} steps costs as much as {equal_cost} steps"
+            assert cached_sampler_steps(template) == {steps}, f"{template}: the cached branch runs other step counts"
+            assert fewer_sampler_steps(template) == {as_many}, f"{template}: its fewer-steps branch runs other steps"
     else:
         assert "decided per run" in calls, f"{model}: a threshold decides per run, not {calls!r}"
