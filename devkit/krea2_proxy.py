@@ -39,7 +39,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -403,57 +402,17 @@ def ensure_proxy(comfy_root: Path | None = None, settings: ProxySettings = SETTI
     from devkit import proxy_build
 
     folder = cache_dir(settings)
-    if not is_built(settings) and not proxy_build.take_pinned(folder, CHECKPOINT_NAME):
-        from devkit.comfy_harness import comfyui_python, find_comfyui
-
-        comfy_root = comfy_root or find_comfyui()
-        if comfy_root is None:
-            raise RuntimeError("building the Krea-2 proxy needs ComfyUI's model code: no ComfyUI found "
-                               "(set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI)")
-        if not quiet:
-            print(f"Training a small Krea-2 proxy once (about {EXPECTED_BUILD_MINUTES} minutes on 2 CPU cores); "
-                  f"it is cached in {folder}", flush=True)
-        subprocess.run([comfyui_python(comfy_root), "-m", "devkit.krea2_proxy", "build", "--comfyui", str(comfy_root)],
-                       check=True, cwd=HERE.parents[1])
-    info = json.loads((folder / BUILD_INFO_NAME).read_text())
+    info = proxy_build.ensure_built(folder, CHECKPOINT_NAME, "devkit.krea2_proxy",
+                                    f"Training a small Krea-2 proxy once (about {EXPECTED_BUILD_MINUTES} minutes on "
+                                    f"2 CPU cores)", comfy_root, quiet)
     return Proxy(folder / CHECKPOINT_NAME, PatchCodec.load(folder / CODEC_NAME), info, settings)
 
 
 def main(argv: list[str]) -> int:
-    import argparse
+    from devkit import proxy_build
 
-    parser = argparse.ArgumentParser(description="Build the Krea-2 proxy into its cache folder.")
-    parser.add_argument("command", choices=["build", "ensure", "path"],
-                        help="build: train into the cache (or --out); ensure: build only when the cache has none; "
-                             "path: print the cache folder")
-    parser.add_argument("--comfyui", type=Path, help="the ComfyUI checkout whose model code trains it")
-    parser.add_argument("--out", type=Path, help="build here instead of the cache folder")
-    parser.add_argument("--iterations", type=int, help="override (a build for measuring only)")
-    args = parser.parse_args(argv)
-    if args.command == "path":
-        print(cache_dir())
-        return 0
-    if args.command == "ensure":
-        proxy = ensure_proxy(args.comfyui)
-        print(f"Krea-2 proxy: {proxy.checkpoint} (built in {proxy.info['wall_s']} s wall, "
-              f"{proxy.info['cpu_s']} s CPU)", flush=True)
-        return 0
-    from devkit.comfy_harness import find_comfyui
-
-    comfy_root = args.comfyui or find_comfyui()
-    settings = SETTINGS if args.iterations is None else dataclasses.replace(SETTINGS, iterations=args.iterations)
-    if args.out is None and settings != SETTINGS:
-        raise SystemExit("--iterations needs --out: the cache holds only builds of the generator's own settings")
-    out = args.out or cache_dir(SETTINGS)
-    if args.out:
-        info = train(comfy_root, out, settings)
-    else:
-        from devkit import proxy_build
-
-        info = proxy_build.build_into(out, lambda work: train(comfy_root, work, settings))
-    print(f"Krea-2 proxy built in {out}: {info['wall_s']} s wall, {info['cpu_s']} s CPU, "
-          f"loss {info['first_loss']:.3f} -> {info['final_loss']:.4f}", flush=True)
-    return 0
+    return proxy_build.build_main(argv, "Krea-2 proxy", SETTINGS, cache_dir, ensure_proxy, train,
+                                  lambda info: f"loss {info['first_loss']:.3f} -> {info['final_loss']:.4f}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -292,20 +291,10 @@ def ensure_turbo_proxy(comfy_root: Path | None = None, quiet: bool = False) -> t
     from devkit import proxy_build
 
     folder = cache_dir()
-    if not is_built() and not proxy_build.take_pinned(folder, CHECKPOINT_NAME):
-        from devkit.comfy_harness import comfyui_python, find_comfyui
-
-        comfy_root = comfy_root or find_comfyui()
-        if comfy_root is None:
-            raise RuntimeError("building the Turbo proxy needs ComfyUI's model code: no ComfyUI found "
-                               "(set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI)")
-        if not quiet:
-            print(f"Distilling the Turbo proxy once (about {EXPECTED_BUILD_MINUTES} minutes on 2 CPU cores, after "
-                  f"the proxy it learns from); it is cached in {folder}", flush=True)
-        subprocess.run([comfyui_python(comfy_root), "-m", "devkit.krea2_turbo_proxy", "build", "--comfyui",
-                        str(comfy_root)], check=True, cwd=HERE.parents[1])
+    info = proxy_build.ensure_built(folder, CHECKPOINT_NAME, "devkit.krea2_turbo_proxy",
+                                    f"Distilling the Turbo proxy once (about {EXPECTED_BUILD_MINUTES} minutes on 2 "
+                                    f"CPU cores, after the proxy it learns from)", comfy_root, quiet)
     teacher = teacher_proxy.ensure_proxy(comfy_root, quiet=True)
-    info = json.loads((folder / BUILD_INFO_NAME).read_text())
     return teacher_proxy.Proxy(folder / CHECKPOINT_NAME, teacher.codec, info)
 
 

@@ -143,6 +143,64 @@ def take_pinned(folder: Path, checkpoint_name: str, say: Callable[[str], None] =
     return True
 
 
+def ensure_built(folder: Path, checkpoint_name: str, module: str, what: str, comfy_root: Path | None = None,
+                 quiet: bool = False) -> dict:
+    """The build record of ``folder``: from the cache, else from its pinned build, else built first by
+    ``python -m <module> build`` in ComfyUI's interpreter (with a progress bar), after saying ``what`` it does
+    (e.g. "Training a small Krea-2 proxy once (about 13 minutes on 2 CPU cores)")."""
+    if not is_built(folder) and not take_pinned(folder, checkpoint_name):
+        import subprocess
+
+        from devkit.comfy_harness import comfyui_python, find_comfyui
+
+        comfy_root = comfy_root or find_comfyui()
+        if comfy_root is None:
+            raise RuntimeError(f"{module} needs ComfyUI's model code to build: no ComfyUI found "
+                               "(set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI)")
+        if not quiet:
+            print(f"{what}; it is cached in {folder}", flush=True)
+        subprocess.run([comfyui_python(comfy_root), "-m", module, "build", "--comfyui", str(comfy_root)],
+                       check=True, cwd=REPO)
+    return json.loads((folder / BUILD_INFO_NAME).read_text())
+
+
+def build_main(argv: list[str], name: str, settings, cache_dir: Callable[[], Path], ensure: Callable[..., object],
+               train: Callable[..., dict], summary: Callable[[dict], str]) -> int:
+    """A trained proxy's command line: ``build`` trains it into its cache folder (or ``--out``, where
+    ``--iterations`` may cut it short for measuring), ``ensure`` only when the cache has none, ``path``
+    prints the cache folder. ``train(comfy_root, out, settings)`` writes a build; ``summary(info)`` is the
+    line after it."""
+    import argparse
+    import dataclasses
+
+    parser = argparse.ArgumentParser(description=f"Build the {name} into its cache folder.")
+    parser.add_argument("command", choices=["build", "ensure", "path"],
+                        help="build: train into the cache (or --out); ensure: build only when the cache has none; "
+                             "path: print the cache folder")
+    parser.add_argument("--comfyui", type=Path, help="the ComfyUI checkout whose model code trains it")
+    parser.add_argument("--out", type=Path, help="build here instead of the cache folder")
+    parser.add_argument("--iterations", type=int, help="override (a build for measuring only)")
+    args = parser.parse_args(argv)
+    if args.command == "path":
+        print(cache_dir())
+        return 0
+    if args.command == "ensure":
+        built = ensure(args.comfyui)
+        print(f"{name}: {built.checkpoint} (built in {built.info['wall_s']} s wall, {built.info['cpu_s']} s CPU)",
+              flush=True)
+        return 0
+    from devkit.comfy_harness import find_comfyui
+
+    comfy_root = args.comfyui or find_comfyui()
+    chosen = settings if args.iterations is None else dataclasses.replace(settings, iterations=args.iterations)
+    if args.out is None and chosen != settings:
+        raise SystemExit("--iterations needs --out: the cache holds only builds of the generator's own settings")
+    out = args.out or cache_dir()
+    info = train(comfy_root, out, chosen) if args.out else build_into(out, lambda work: train(comfy_root, work, chosen))
+    print(f"{name} built in {out}: {info['wall_s']} s wall, {info['cpu_s']} s CPU, {summary(info)}", flush=True)
+    return 0
+
+
 def build_into(folder: Path, build: Callable[[Path], dict]) -> dict:
     """Run ``build(work)`` into a private folder renamed to ``folder`` when complete: an interrupted
     build leaves no half-written proxy behind, and of two builds at once the first to finish is kept

@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 import torch
-from devkit import flux_proxy, krea2_proxy, krea2_turbo_proxy, proxy_build
+from devkit import krea2_proxy, krea2_turbo_proxy, proxy_build
+from devkit import flux_proxy as flux_recipe   # the name flux_proxy is the built proxy's fixture
 from devkit.comfy_harness import REPO_ROOT, comfyui_python
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -33,7 +34,7 @@ def test_the_build_id_ignores_docstrings_comments_imports_and_plumbing(tmp_path)
         "docstring": ('"""A small trained Krea-2 ("the proxy")', '"""A reworded summary of the small proxy ("the proxy")'),
         "comment": ("# The objects: radius as a share", "# Reworded: radius as a share"),
         "import": ("import dataclasses\n", "import dataclasses\nimport textwrap\n"),
-        "plumbing": ('description="Build the Krea-2 proxy into its cache folder."', 'description="Build it."'),
+        "plumbing": ('build_main(argv, "Krea-2 proxy"', 'build_main(argv, "The Krea-2 proxy"'),
         "function docstring": ('"""Images (B, 3, size, size) in [0, 1]', '"""Reworded: images (B, 3, size, size) in [0, 1]'),
     }
     for what, (old, new) in unchanged.items():
@@ -70,14 +71,14 @@ def test_a_pinned_recipe_keeps_its_build_id_and_a_new_recipe_gets_its_own():
 def test_the_flux_proxys_build_id_covers_the_data_set_it_shares_with_the_krea2_proxy(tmp_path, monkeypatch):
     """The Flux proxy trains on the Krea-2 proxy's data set and codec: a change there is a new Flux build,
     a docstring there is not."""
-    baseline = flux_proxy.build_id()
-    assert flux_proxy.cache_dir().name == f"flux-proxy-{baseline}"
+    baseline = flux_recipe.build_id()
+    assert flux_recipe.cache_dir().name == f"flux-proxy-{baseline}"
     reworded = _edited_builder(tmp_path, "reworded.py", '"""Images (B, 3, size, size) in [0, 1]', '"""Images, reworded')
     monkeypatch.setattr(krea2_proxy, "__file__", str(reworded))
-    assert flux_proxy.build_id() == baseline
+    assert flux_recipe.build_id() == baseline
     other_data = _edited_builder(tmp_path, "data.py", "low, high = 0.15 + 0.35 * u[:, 1]", "low, high = 0.2 + 0.35 * u[:, 1]")
     monkeypatch.setattr(krea2_proxy, "__file__", str(other_data))
-    assert flux_proxy.build_id() != baseline
+    assert flux_recipe.build_id() != baseline
 
 
 def _a_build(folder, checkpoint_name="model.safetensors"):
@@ -149,11 +150,11 @@ def test_every_recipe_still_builds_in_a_few_iterations(comfy_root, tmp_path, pro
                     "--out", str(tmp_path / "flux"), "--iterations", "2"], **run)
     for folder, name, built in ((tmp_path / "proxy", krea2_proxy.CHECKPOINT_NAME, proxy),
                                 (tmp_path / "turbo", krea2_turbo_proxy.CHECKPOINT_NAME, proxy),
-                                (tmp_path / "flux", flux_proxy.CHECKPOINT_NAME, flux_proxy)):
+                                (tmp_path / "flux", flux_recipe.CHECKPOINT_NAME, flux_proxy)):
         info = json.loads((folder / proxy_build.BUILD_INFO_NAME).read_text())
         assert info["weights_sha256"] == proxy_build.weights_sha256(folder / name)
         assert _native_shapes(folder / name) == _native_shapes(built.checkpoint)
     assert (tmp_path / "proxy" / krea2_proxy.CODEC_NAME).is_file()
-    assert (tmp_path / "flux" / flux_proxy.CODEC_NAME).is_file()
+    assert (tmp_path / "flux" / flux_recipe.CODEC_NAME).is_file()
     held_out = json.loads((tmp_path / "flux" / proxy_build.BUILD_INFO_NAME).read_text())["held_out"]
-    assert held_out["samples"] == len(krea2_proxy.CLASSES) * len(flux_proxy.HELD_OUT.seeds)
+    assert held_out["samples"] == len(krea2_proxy.CLASSES) * len(flux_recipe.HELD_OUT.seeds)
