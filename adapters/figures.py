@@ -116,6 +116,16 @@ FORECAST_MULTISTEP_STANDINGS = (
 )
 
 
+# benchmarks/results/peers_flux.json: the small trained Flux (a base model at CFG 3.5, not a guidance-distilled
+# one), the settings its evidence recommends for Flux-architecture models run at CFG (Chroma's template), against
+# fewer steps at 20 and 28 steps.
+FLUX_MEDIUM_TAYLORSEER = "medium + taylorseer"
+FLUX_STANDINGS = (
+    Standing(FLUX_MEDIUM_TAYLORSEER, 20, 12, 1.15, 3.02), Standing(FLUX_MEDIUM_TAYLORSEER, 28, 15, 1.09, 2.51),
+    Standing("auto", 20, 10, 2.03, 3.38), Standing("auto", 28, 14, 1.31, 2.83),
+)
+
+
 def preset_measured_steps(setting: str) -> int:
     """The step count a fixed preset's figures hold at: the one its standing against fewer steps was measured
     at (elsewhere it computes other steps, and can land farther than fewer steps)."""
@@ -221,7 +231,7 @@ CACHE_DIT_OTHERS = (
 def phrases(locale: str) -> list[str]:
     """Every phrase a page in ``locale`` ("en" or "zh") may quote a figure in."""
     standings = [*PRESET_STANDINGS, *SPECTRUM_PAPER_STANDINGS, *DEFAULTS_STANDINGS, *MASK_STANDINGS,
-                 *FORECAST_AUTO_STANDINGS, *FORECAST_MULTISTEP_STANDINGS]
+                 *FORECAST_AUTO_STANDINGS, *FORECAST_MULTISTEP_STANDINGS, *FLUX_STANDINGS]
     found = [row.phrase(locale) for row in SGLANG_KREA2]
     found += [standing_phrase(s, locale) for s in standings]
     found += [DEFAULTS_TAYLORSEER.phrase(locale), random_weights_phrase(locale),

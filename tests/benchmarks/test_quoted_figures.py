@@ -111,6 +111,26 @@ def test_the_benchmark_report_quotes_the_multistep_standings():
     assert not missing, missing
 
 
+# Each Flux standing's rows in peers_flux.json: (method, setting).
+FLUX_ROWS = {figures.FLUX_MEDIUM_TAYLORSEER: ("Cache-DiT step masks + taylorseer", "medium"),
+             "auto": ("Cache-DiT forecast auto, speedup", "2")}
+
+
+def test_the_flux_standings_are_the_flux_peer_table():
+    rows = json.loads((RESULTS / "peers_flux.json").read_text())["rows"]
+    measured = []
+    for standing in figures.FLUX_STANDINGS:
+        regime = f"flux{standing.steps}"
+        method, setting = FLUX_ROWS[standing.setting]
+        (row,) = [r for r in rows if r["regime"] == regime and r["method"] == method and r["setting"] == setting]
+        calls = computed_calls(row)
+        (euler,) = [r["mae_255"] for r in rows if r["regime"] == regime and r["method"] == "fewer steps, euler"
+                    and r["steps"] == calls]
+        measured.append(figures.Standing(standing.setting, standing.steps, calls, round(row["mae_255"], 2),
+                                         round(euler, 2)))
+    assert list(figures.FLUX_STANDINGS) == measured
+
+
 def test_taylorseer_on_the_defaults_is_the_peer_table():
     c = figures.DEFAULTS_TAYLORSEER
     plain = peers_row(c.steps, "Cache-DiT threshold", "0.24")
