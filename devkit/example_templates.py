@@ -194,16 +194,15 @@ FAMILY_TEMPLATES = {
                   "F1B0 W4 MC6 R0.24 (the defaults here but 6 cached steps in a row instead of 3) at 3.94x "
                   "fewer TFLOPs, ImageReward 0.9997 against 0.9898 uncached. Theirs, not measured in ComfyUI. On this "
                   "pack's small Flux test model trained on drawn shapes, a base model sampled at CFG 3.5, the "
-                  "defaults landed farther than fewer steps at as many calls (28 steps: MAE 3.52/255, euler 2.01); "
-                  "that does not carry over to Flux.1 dev, which is guidance-distilled and sampled at CFG 1 (one "
+                  "defaults landed farther than fewer steps at as many calls at 20 and 28 steps; that does not carry over to Flux.1 dev, which is guidance-distilled and sampled at CFG 1 (one "
                   "stream, the guidance an input of the model), so this template keeps the defaults cache-dit "
                   "measured on it."),
         recipe_zh=("Comfy-Org 的 Flux.1 dev 模板：20 步，CFG 1，euler，simple，guidance 3.5（其模板用模型的默认值 3.5；这里用 FluxGuidance "
                    "把它显示出来）。"),
         evidence_zh=("cache-dit 自己的 FLUX.1-dev 数据（diffusers，50 步，DrawBench，NVIDIA L20）：其 F1B0 W4 MC6 R0.24（即这里的默认值，"
                      "只是最多连续缓存 6 步而非 3 步）计算量（TFLOPs）减少 3.94 倍，ImageReward 0.9997，未缓存为 0.9898。这是他们的数据，"
-                     "不是在 ComfyUI 中测得的。在本扩展用绘制图形训练的小型 Flux 测试模型上（一个以 CFG 3.5 采样的基础模型），默认值在相同调用次数下"
-                     "比减少步数离得更远（28 步：MAE 3.52/255，euler 2.01）；这不适用于 Flux.1 dev：它是 guidance 蒸馏模型，以 CFG 1 采样"
+                     "不是在 ComfyUI 中测得的。在本扩展用绘制图形训练的小型 Flux 测试模型上（一个以 CFG 3.5 采样的基础模型），默认值在 20 步和 28 步时、"
+                     "在相同调用次数下都比减少步数离得更远；这不适用于 Flux.1 dev：它是 guidance 蒸馏模型，以 CFG 1 采样"
                      "（一个流，guidance 是模型的输入），所以此模板保留 cache-dit 在它上面测过的默认值。")),
     "flux2_klein_compare.json": FamilyTemplate(
         title="Flux.2 Klein 4B", family=FLUX, stand_in="flux2", vae="flux2",
@@ -269,19 +268,19 @@ FAMILY_TEMPLATES = {
         recipe=("Comfy-Org's Chroma1-HD template: 26 steps, CFG 3.5, euler, beta, shift 1 (its template samples "
                 "them with SamplerCustomAdvanced; here a KSampler)."),
         evidence=("No published cache-dit figures for Chroma are known to this pack. The settings here, the step mask "
-                  "`medium` with calibrator `taylorseer` (15 of 26 calls, as many as 16 plain steps), rest on this "
-                  "pack's small Flux test model trained on drawn shapes, not Chroma, sampled at CFG 3.5: at 28 steps "
-                  "15 of 28 calls landed at MAE 1.09/255 from the full-step image (euler at 15 steps: 2.51), at 20 "
-                  "steps 12 of 20 at 1.15 (euler at 12: 3.02), while the defaults landed farther than fewer steps "
-                  "(28 steps: 3.52, euler 2.01). Chroma is Flux's two block lists with its own modulation "
-                  "approximator: the figures show how caching behaves on that architecture at CFG, not what "
-                  "Chroma's images lose, so judge them here."),
+                  "`medium` with calibrator `taylorseer` (15 of 26 calls, as many as 16 plain steps), rest on a small "
+                  "Flux. Measured by this pack on a small test model trained on drawn shapes (a small Flux sampled at "
+                  "CFG 3.5), not Chroma: at 28 steps 15 of 28 calls (1.9x), MAE 1.09/255 (euler at 15 steps: 2.51) "
+                  "from the full-step image; at 20 steps 12 of 20 calls (1.7x), MAE 1.15/255 (euler at 12 steps: "
+                  "3.02); the defaults landed farther than fewer steps at as many calls. Chroma is Flux's two block "
+                  "lists with its own modulation approximator: the figures show how caching behaves on that "
+                  "architecture at CFG, not what Chroma's images lose, so judge them here."),
         recipe_zh="Comfy-Org 的 Chroma1-HD 模板：26 步，CFG 3.5，euler，beta，shift 1（其模板用 SamplerCustomAdvanced 采样；这里用 KSampler）。",
         evidence_zh=("本扩展不知道有任何公开的 Chroma cache-dit 数据。这里的设置，步骤掩码 `medium` 加校准器 `taylorseer`（26 次调用中计算 15 次，"
-                     "相当于 16 个普通步），依据的是本扩展用绘制图形训练的小型 Flux 测试模型（不是 Chroma），以 CFG 3.5 采样：28 步时计算 28 次中的 15 次，"
-                     "与完整步数图像的 MAE 为 1.09/255（euler 15 步：2.51）；20 步时计算 20 次中的 12 次，1.15（euler 12 步：3.02）；而默认值比减少步数"
-                     "离得更远（28 步：3.52，euler 2.01）。Chroma 是 Flux 的两个块列表加上它自己的调制近似器：这些数据说明缓存在这种架构、"
-                     "使用 CFG 时的表现，不说明 Chroma 的画质损失，请在这里判断。")),
+                     "相当于 16 个普通步），依据的是一个小型 Flux。由本扩展在一个用绘制的图形训练的小型测试模型上测得（一个以 CFG 3.5 采样的小型 Flux，"
+                     "不是 Chroma）：28 步中计算 15 步（1.9 倍），与完整步数图像的 MAE 1.09/255（euler 15 步：2.51）；20 步中计算 12 步（1.7 倍），"
+                     "MAE 1.15/255（euler 12 步：3.02）；默认值在相同调用次数下比减少步数离得更远。Chroma 是 Flux 的两个块列表加上它自己的调制"
+                     "近似器：这些数据说明缓存在这种架构、使用 CFG 时的表现，不说明 Chroma 的画质损失，请在这里判断。")),
     "wan22_t2v_compare.json": FamilyTemplate(
         title="Wan 2.2 T2V A14B", family="Wan 2.1/2.2 (ComfyUI native)", stand_in="wan", vae="wan21",
         model=split_file(WAN22, "diffusion_models", "wan2.2_t2v_high_noise_14B_fp8_scaled.safetensors"),
