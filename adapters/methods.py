@@ -28,7 +28,8 @@ from .sampling.step_clock import StepClock
 @dataclasses.dataclass(frozen=True)
 class Method:
     name: str
-    # (settings, steps, target, node name, sigmas=the run's) -> the run's plan; raises a ValueError naming the input.
+    # (settings, steps, target, node name, sigmas=the run's, guided=more than one conditioning per step) -> the
+    # run's plan; raises a ValueError naming the input.
     plan: Callable[..., RunPlan]
     # (settings, target, node name) -> None: a refusal, at the node, of what can never run on this model.
     check: Callable[[object, ResolvedTransformer, str], None]
@@ -61,15 +62,15 @@ def _check_final_layer(settings, target: ResolvedTransformer, node_name: str) ->
 
 DBCACHE = Method(
     name="dbcache",
-    plan=lambda settings, steps, target, node_name, sigmas=None: plan_run(settings, steps, target.cacheable_blocks,
-                                                                        node_name),
+    plan=lambda settings, steps, target, node_name, sigmas=None, guided=True: plan_run(
+        settings, steps, target.cacheable_blocks, node_name),
     check=lambda settings, target, node_name: check_compute_blocks(settings, target.cacheable_blocks, node_name),
     run_type=CacheRun,
     run_needs=frozenset({"tell_block_index"}))
 
 FORECAST = Method(
     name="forecast",
-    plan=lambda settings, steps, target, node_name, sigmas=None: plan_forecast_run(
-        settings.for_family(target.family), steps, sigmas),
+    plan=lambda settings, steps, target, node_name, sigmas=None, guided=True: plan_forecast_run(
+        settings.for_family(target.family), steps, sigmas, guided),
     check=_check_final_layer,
     run_type=ForecastRun)

@@ -104,13 +104,13 @@ def run_regime(sampler: ProxySampler, decode, cfg: float, grid: dict, presets: t
         started = time.perf_counter()
         outputs = [sampler.sample(image, steps, cfg, None).outputs for image in CALIBRATION_IMAGES]
         calibrated = time.perf_counter()
-        hold_costs, auto_costs = dpcache.hold_costs(outputs), dpcache.auto_costs(outputs, sigmas)
+        hold_costs, auto_costs = dpcache.hold_costs(outputs), dpcache.auto_costs(outputs, sigmas, guided=cfg != 1)
         progress(f"{steps} steps: calibrated on {len(CALIBRATION_IMAGES)} uncached runs in "
                  f"{calibrated - started:.0f} s, costs priced in {time.perf_counter() - calibrated:.0f} s")
         for speedup in speedups:
             calls = auto_module.auto_calls(steps, speedup)
             auto = settings_module.ForecastSettings.auto(speedup)
-            auto_plan = settings_module.plan_forecast_run(auto, steps, sigmas)
+            auto_plan = settings_module.plan_forecast_run(auto, steps, sigmas, guided=cfg != 1)
             dp_steps, _ = dpcache.plan_hold(hold_costs, calls)
             auto_dp_steps, _ = dpcache.plan_auto(auto_costs, steps, calls)
             row = {"steps": steps, "speedup": round(speedup, 3), "calls": calls,
@@ -246,7 +246,8 @@ def plot(results: dict, path: Path) -> None:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--regimes", default=",".join(REGIMES), help="raw, turbo or both (comma-separated)")
+    parser.add_argument("--regimes", default=",".join(REGIMES),
+                        help="raw, turbo or both (comma-separated); the results file keeps the other's rows")
     parser.add_argument("--json", default=str(RESULTS))
     parser.add_argument("--steps", help="only these step counts (comma-separated): a shorter check, not the grid")
     parser.add_argument("--plot-only", action="store_true", help="redraw the picture from the results file")
@@ -261,8 +262,12 @@ def main(argv=None):
     torch.set_num_threads(1)
     builds, results = {}, {"images": [list(i) for i in IMAGES],
                            "calibration_images": [list(i) for i in CALIBRATION_IMAGES], "share_ramp": list(auto_module.SHARE_RAMP),
+                           "unguided_share_ramp": list(auto_module.UNGUIDED_SHARE_RAMP),
                            "note": "small Krea-2 test models trained on drawn shapes: dynamics, not Krea-2 quality",
-                           "regimes": {}}
+                           "regimes": {}, "builds": {}}
+    if Path(args.json).is_file() and not args.steps:
+        kept = json.loads(Path(args.json).read_text())
+        results["regimes"], results["builds"] = kept["regimes"], kept["builds"]
     with torch.inference_mode():
         for name in args.regimes.split(","):
             model, cfg, grid, presets = REGIMES[name]
@@ -272,8 +277,7 @@ def main(argv=None):
             rows = run_regime(PlannedSampler(build.checkpoint), build.decode, cfg, grid, presets,
                               progress=lambda text: print(text, flush=True))
             results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name, "cfg": cfg, "rows": rows}
-    results["builds"] = {build.checkpoint.parent.name: {"weights_sha256": build.info["weights_sha256"]}
-                         for build in builds.values()}
+            results["builds"][build.checkpoint.parent.name] = {"weights_sha256": build.info["weights_sha256"]}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False) + "\n")
     print("\n".join(table(json.loads(Path(args.json).read_text()))))

@@ -107,7 +107,8 @@ def table(results: dict) -> list[str]:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--regimes", default=",".join(REGIMES), help="turbo, raw or both (comma-separated)")
+    parser.add_argument("--regimes", default=",".join(REGIMES),
+                        help="turbo, raw or both (comma-separated); the results file keeps the other's rows")
     parser.add_argument("--json", default=str(RESULTS))
     args = parser.parse_args(argv)
     comfy_root = find_comfyui()
@@ -117,7 +118,10 @@ def main(argv=None):
     torch.set_num_threads(1)
     builds, results = {}, {"sampler": SAMPLER, "images": [list(i) for i in IMAGES],
                            "note": "small Krea-2 test models trained on drawn shapes: dynamics, not Krea-2 quality",
-                           "regimes": {}}
+                           "regimes": {}, "builds": {}}
+    if Path(args.json).is_file():
+        kept = json.loads(Path(args.json).read_text())
+        results["regimes"], results["builds"] = kept["regimes"], kept["builds"]
     with torch.inference_mode():
         for name in args.regimes.split(","):
             model, cfg, steps, presets, speedups = REGIMES[name]
@@ -126,8 +130,7 @@ def main(argv=None):
                               progress=lambda text: print(text, flush=True))
             results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name, "cfg": cfg,
                                         "steps": steps, "rows": rows}
-    results["builds"] = {build.checkpoint.parent.name: {"weights_sha256": build.info["weights_sha256"]}
-                         for build in builds.values()}
+            results["builds"][build.checkpoint.parent.name] = {"weights_sha256": build.info["weights_sha256"]}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False) + "\n")
     print("\n".join(table(json.loads(Path(args.json).read_text()))))

@@ -152,8 +152,9 @@ def _sample_with_cache(executor, guider, holder: CacheDiTHolder, args: list, kwa
     clock = StepClock(sigmas, sampler_reports=True, corrector=_is_corrector(sampler),
                       start_sigmas=_start_sigmas(sampler, sigmas),
                       single_evaluation=_sampler_name(sampler) in SINGLE_EVALUATION_SAMPLERS)
-    plan = holder.method.plan(holder.settings, clock.steps, target, holder.node_name, sigmas=clock.sigmas)
     guidance = read_guidance(guider)
+    plan = holder.method.plan(holder.settings, clock.steps, target, holder.node_name, sigmas=clock.sigmas,
+                              guided=guidance.conds_per_step > 1)
     meta = RunMeta(node_name=holder.node_name, node_id=holder.node_id, prompt_id=_prompt_id(), cfg=guidance.cfg,
                    guidance=guidance.as_dict(), warnings=tuple(_superseding_warnings(holder)))
     run, refusal = _open_run(guider, holder, target, host, plan, clock, guidance.conds_per_step)

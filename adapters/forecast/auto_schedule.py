@@ -12,12 +12,18 @@ computed steps' sigmas. So the plan's space holds fewer steps, and the layout an
 
 The share is set per gap from the sigma the gap spans (a share of the run's whole sigma range): a short gap
 follows its trend in full, a long one holds, and the ones between go part of the way (``SHARE_RAMP``). A
-trend fitted on two steps far apart in sigma points nowhere near where the model goes next.
+trend fitted on two steps far apart in sigma points nowhere near where the model goes next. A run whose
+prediction is the model's own (one conditioning per step: CFG 1, as distilled models run) follows it further
+(``UNGUIDED_SHARE_RAMP``): its outputs move straighter than a guided combination of two, which CFG's scale
+pulls apart.
 
 Chosen on the trained and Turbo test models on tuning images none of the benchmarks measure ((label, seed)
 (5, 51), (1, 52), (6, 54), (3, 55)): the evenly spread layout with the ramp (0.25, 0.5) lost to fewer steps at
 3 calls of 20 steps and 5 of 8 (extrapolating 3 calls of 20 at all lost to holding); the shorter ends with the
 ramp (0.2, 0.4) beat it in all 19 cells of the grid on both pairs of images (docs/benchmarks.md, "Forecast auto").
+The CFG 1 ramp was chosen on the same tuning images (``benchmarks/auto_ramps.py``): closer than the guided one at
+CFG 1 on the Turbo and the trained test models, far farther at CFG 3.5 where gaps are long (docs/benchmarks.md,
+"At CFG 1, the trend followed further").
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ MAX_SPEEDUP = 50.0
 # (full, hold): a gap spanning at most ``full`` of the run's sigma range is forecast in full, one spanning
 # ``hold`` or more holds the last computed output, linearly between.
 SHARE_RAMP = (0.2, 0.4)
+# The same at one conditioning per step (CFG 1): the model's own prediction, no guided combination.
+UNGUIDED_SHARE_RAMP = (0.4, 0.8)
 # The first gap and the steps after the last computed one, as shares of the spacing between computed steps.
 FIRST_GAP, LAST_GAP = 0.85, 0.7
 
@@ -77,17 +85,18 @@ class AutoSchedule:
         chosen = set(computed_steps(steps, auto_calls(steps, self.speedup)))
         return [step in chosen for step in range(steps)]
 
-    def shares(self, steps: int, sigmas=None) -> list[float]:
+    def shares(self, steps: int, sigmas=None, guided: bool = True) -> list[float]:
         """Per step, the share its forecast goes (a computed step's is never read). The first gap holds: one
         computed step gives no trend. Without the run's sigmas (a plan asked outside a run) they are taken
-        as evenly spaced."""
+        as evenly spaced; ``guided``: the run combines more than one conditioning per step (CFG above 1)."""
         if sigmas is None or len(sigmas) <= steps:
             sigmas = [1.0 - step / steps for step in range(steps + 1)]
         sigmas = [float(s) for s in sigmas]
         run_range = abs(sigmas[0] - sigmas[steps]) or 1.0
+        ramp = SHARE_RAMP if guided else UNGUIDED_SHARE_RAMP
         starts = [step for step, computed in enumerate(self.computed(steps)) if computed] + [steps]
         shares = [0.0] * steps
         for gap, (start, end) in enumerate(zip(starts, starts[1:])):
-            share = gap_share(abs(sigmas[start] - sigmas[end]) / run_range) if gap else 0.0
+            share = gap_share(abs(sigmas[start] - sigmas[end]) / run_range, ramp) if gap else 0.0
             shares[start + 1:end] = [share] * (end - start - 1)
         return shares

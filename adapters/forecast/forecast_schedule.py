@@ -32,7 +32,7 @@ class ForecastSchedule:
         if not (math.isfinite(self.window_growth) and self.window_growth >= 0.0):
             raise ValueError(f"window_growth must be a finite number of at least 0, got {self.window_growth}")
 
-    def shares(self, steps: int, sigmas=None) -> None:
+    def shares(self, steps: int, sigmas=None, guided: bool = True) -> None:
         """No share per step: the forecaster's ``extrapolation`` holds for every step (``auto`` sets its own)."""
         return None
 

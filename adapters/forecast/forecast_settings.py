@@ -151,10 +151,11 @@ class ForecastPlan:
         return (f"forecast {forecast.forecast}" + (f" ({', '.join(shown)})" if shown else "") + f" (preset {preset})")
 
 
-def plan_forecast_run(settings: ForecastSettings, steps: int, sigmas=None) -> ForecastPlan:
-    """The run's plan; a schedule that sets the share per step (``auto``) reads it from the run's sigmas."""
+def plan_forecast_run(settings: ForecastSettings, steps: int, sigmas=None, guided: bool = True) -> ForecastPlan:
+    """The run's plan; a schedule that sets the share per step (``auto``) reads it from the run's sigmas and
+    whether the run is ``guided`` (more than one conditioning per step)."""
     if steps < 1:
         raise ValueError("a sampling run needs at least one step")
-    shares = settings.schedule.shares(steps, sigmas)
+    shares = settings.schedule.shares(steps, sigmas, guided)
     return ForecastPlan(steps, settings, tuple(int(c) for c in settings.schedule.computed(steps)),
                         shares=None if shares is None else tuple(shares))

@@ -62,13 +62,14 @@ def hold_costs(runs: Sequence[Sequence[torch.Tensor]]) -> list[list[float]]:
     return costs
 
 
-def auto_costs(runs: Sequence[Sequence[torch.Tensor]], sigmas: Sequence[float]) -> dict:
+def auto_costs(runs: Sequence[Sequence[torch.Tensor]], sigmas: Sequence[float], guided: bool = True) -> dict:
     """``C[(i, j, k)]`` (``i < j < k <= steps``, ``i`` -1 for the first gap): the cost of the gap after ``j``
     when ``i`` was computed before it and ``k`` is computed next, each step between forecast as ``auto`` does
-    (``sigmas``: the run's, which set each gap's share)."""
+    (``sigmas``: the run's, which set each gap's share, with the ramp of a ``guided`` run or not)."""
     steps = len(runs[0])
     run_range = abs(float(sigmas[0]) - float(sigmas[steps])) or 1.0
-    share = {(j, k): auto_schedule.gap_share(abs(float(sigmas[j]) - float(sigmas[k])) / run_range)
+    ramp = auto_schedule.SHARE_RAMP if guided else auto_schedule.UNGUIDED_SHARE_RAMP
+    share = {(j, k): auto_schedule.gap_share(abs(float(sigmas[j]) - float(sigmas[k])) / run_range, ramp)
              for j in range(steps) for k in range(j + 1, steps + 1)}
     holds = hold_costs(runs)
     costs: dict[tuple[int, int, int], float] = {}
@@ -151,8 +152,8 @@ class PlannedSchedule(auto_schedule.AutoSchedule):
             raise ValueError(f"a plan of steps {list(self.chosen)} does not fit a run of {steps} steps")
         return [step in self.chosen for step in range(steps)]
 
-    def shares(self, steps: int, sigmas=None) -> list[float]:
-        return [0.0] * steps if self.between == HOLD else super().shares(steps, sigmas)
+    def shares(self, steps: int, sigmas=None, guided: bool = True) -> list[float]:
+        return [0.0] * steps if self.between == HOLD else super().shares(steps, sigmas, guided)
 
 
 def planned_schedule(chosen: Sequence[int], steps: int, between: str) -> PlannedSchedule:

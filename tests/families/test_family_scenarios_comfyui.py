@@ -38,6 +38,7 @@ from helpers import (EASYCACHE, FAST, OFF, check_left_to_easycache, check_one_st
                      check_threshold_caching, insert_after_loader, write_native_lora)
 from devkit.krea2_prompts import with_forecast, with_lora
 from krea2_cachedit.adapters.families.registry import SUPPORTED
+from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
 from record_checks import FORECAST_NOTHING, blocks_seen, check_forecast_layout, check_two_evaluation_record, with_probe
 
 pytestmark = pytest.mark.comfyui
@@ -349,13 +350,16 @@ def test_the_spectrum_node_forecasts_its_presets_steps(server, harness, layout):
 @pytest.mark.parametrize("harness, layout", per_layout(lambda harness: harness.spectrum))
 def test_the_auto_plan_forecasts_between_its_computed_steps(server, harness, layout):
     """``auto`` at speedup 2 over 8 steps: steps 0, 2, 4 and 6 computed, the others forecast, in each CFG layout the
-    family forecasts in (split: the plan for each stream)."""
+    family forecasts in (split: the plan for each stream), each gap's share on the ramp of a run with one
+    conditioning per step (CFG 1) or a guided one."""
     outputs, record = harness.run(server, with_forecast(harness.prompt(layout, cache={}, steps=8,
                                                                        prefix=f"auto_{layout}"), "auto", speedup=2.0))
     method = record["method"]
     assert (method.get("preset"), method.get("computed_steps")) == ("auto", [0, 2, 4, 6]), (record["status"],
                                                                                           record["warnings"])
     assert record["cfg_mode"] == layout and len(method["gap_shares"]) == 4
+    planned = plan_forecast_run(ForecastSettings.auto(2.0), 8, record["sigmas"], guided=layout != "none")
+    assert method["gap_shares"] == planned.gap_shares(), (layout, record["sigmas"])
     (family,) = [f for f in SUPPORTED if f.name == record["model"]]   # the output where the final layer gives one
     assert method["target"] == ("output" if family.final_output_forecast else "feature")
     assert all(stream["forecast_steps"] == [1, 3, 5, 7] for stream in record["streams"]), record["streams"]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cache_runs import COND, SIGMAS, STEPS, Stream, forward, record_of, run_single
-from krea2_cachedit.adapters.forecast.auto_schedule import (FIRST_GAP, LAST_GAP, SHARE_RAMP, AutoSchedule, auto_calls,
+from krea2_cachedit.adapters.forecast.auto_schedule import (FIRST_GAP, LAST_GAP, SHARE_RAMP, UNGUIDED_SHARE_RAMP,
+                                                             AutoSchedule, auto_calls,
                                                              computed_steps, gap_share)
 from krea2_cachedit.adapters.forecast.forecast_settings import ForecastSettings, plan_forecast_run
 
@@ -53,6 +54,20 @@ def test_a_gap_follows_its_trend_in_full_when_short_and_holds_when_long():
     assert shares[0] == 0.0 and shares[1] == 1.0 and shares[-1] == 0.0
     ends = [0, 4, 8, 13, 17, 20]
     assert shares == [round(gap_share(sigmas[a] - sigmas[b]), 3) if a else 0.0 for a, b in zip(ends, ends[1:])]
+
+
+def test_a_run_at_cfg_1_follows_its_trend_further():
+    """One conditioning per step (CFG 1): the unguided ramp, whose gaps follow their trend up to twice as far in
+    sigma; a gap a guided run holds goes part of the way."""
+    full, hold = UNGUIDED_SHARE_RAMP
+    assert full > SHARE_RAMP[0] and hold > SHARE_RAMP[1]
+    assert AutoSchedule(4).shares(8, SIGMAS.tolist(), guided=False) == pytest.approx(
+        [0.0] * 5 + [gap_share(0.5, UNGUIDED_SHARE_RAMP)] * 3)
+    assert AutoSchedule(4).shares(8, SIGMAS.tolist()) == [0.0] * 8
+    guided = plan_forecast_run(ForecastSettings.auto(2), STEPS, SIGMAS.tolist())
+    unguided = plan_forecast_run(ForecastSettings.auto(2), STEPS, SIGMAS.tolist(), guided=False)
+    assert guided.mask == unguided.mask, "the CFG changes the shares, never the computed steps"
+    assert unguided.gap_shares() == [0.0, 1.0, 1.0, 1.0] and guided.gap_shares() == [0.0, 0.75, 0.75, 0.75]
 
 
 def test_the_record_and_log_line_say_the_plan():

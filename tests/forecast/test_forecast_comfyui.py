@@ -20,7 +20,7 @@ from helpers import FAST, run_ok
 from record_checks import FORECAST_NOTHING, FORECAST_STEPS
 from devkit.krea2_prompts import krea2_prompt, with_forecast, with_lora
 
-from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS
+from krea2_cachedit.adapters.forecast.forecast_settings import PRESETS, ForecastSettings, plan_forecast_run
 
 pytestmark = pytest.mark.comfyui
 
@@ -183,14 +183,18 @@ def test_the_stats_route_and_event_carry_the_forecast_run(comfy_server):
     assert f"saved {saved} ({record['blocks_saved']:.0%}), 5 of 8 calls computed: as many as 5 steps, CFG 1" in log
 
 
-def test_auto_plans_the_run_from_the_speedup_and_the_record_says_the_plan(comfy_server):
-    """speedup 4 at 8 steps: steps 0 and 4 computed (2 calls, as many as 2 steps), the run's own sigmas deciding
-    each gap's share; the record and the log line say the plan."""
-    prompt = forecast_prompt("krea2", "auto", {"speedup": 4.0}, cfg=1.0, seed=93, prefix="f_auto")
+@pytest.mark.parametrize("cfg,guided", [(1.0, False), (3.5, True)])
+def test_auto_plans_the_run_from_the_speedup_and_the_record_says_the_plan(comfy_server, cfg, guided):
+    """speedup 4 at 8 steps: steps 0 and 4 computed (2 calls, as many as 2 steps), the run's own sigmas and CFG
+    deciding each gap's share (a run at CFG 1 follows its trend further); the record and the log line say the plan."""
+    prompt = forecast_prompt("krea2", "auto", {"speedup": 4.0}, cfg=cfg, seed=93, prefix="f_auto")
     _, [record] = comfy_server.run_with_stats(prompt)
     method = record["method"]
     assert (method["preset"], method["speedup"], method["computed_steps"]) == ("auto", 4.0, [0, 4])
-    assert len(method["gap_shares"]) == 2 and method["gap_shares"][0] == 0.0
+    planned = plan_forecast_run(ForecastSettings.auto(4.0), 8, record["sigmas"], guided=guided)
+    assert method["gap_shares"] == planned.gap_shares() and method["gap_shares"][0] == 0.0
+    assert planned.gap_shares() != plan_forecast_run(ForecastSettings.auto(4.0), 8, record["sigmas"],
+                                                     guided=not guided).gap_shares(), "the CFG decides the ramp"
     assert record["skipped_steps"] == [1, 2, 3, 5, 6, 7]
     log = comfy_server.log_text()
     assert "2 of 8 calls computed: as many as 2 steps" in log and "(preset auto, speedup 4)" in log
