@@ -15,6 +15,7 @@ carries exactly: equal images are bit-identical latents.
 from __future__ import annotations
 
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -96,12 +97,19 @@ def image_latent(image: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return data.view(torch.float32).reshape(like.shape[1:])
 
 
-def history_entry(server: ComfyServer, job_id: str) -> tuple[str, dict]:
-    """The prompt id and finished history entry of the prompt a worker ran for the master's ``job_id``."""
-    for prompt_id, entry in server.get("/history").items():
-        if entry["prompt"][2].get(COLLECTOR, {}).get("inputs", {}).get("multi_job_id") == job_id:
-            return prompt_id, server.wait(prompt_id)
-    raise AssertionError(f"no prompt of job {job_id} on {server.url}\n{server.log_tail()}")
+def history_entry(server: ComfyServer, job_id: str, timeout: float = 120.0) -> tuple[str, dict]:
+    """The prompt id and finished history entry of the prompt a worker ran for the master's ``job_id``.
+
+    The worker's collector hands its images to the master before its own prompt ends, so the master can finish
+    first: the worker's entry reaches its /history a moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for prompt_id, entry in server.get("/history").items():
+            if entry["prompt"][2].get(COLLECTOR, {}).get("inputs", {}).get("multi_job_id") == job_id:
+                return prompt_id, server.wait(prompt_id)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no prompt of job {job_id} on {server.url} in {timeout:g} s\n{server.log_tail()}")
+        time.sleep(0.2)
 
 
 def distributed_run(cluster: dict[str, ComfyServer], cache: dict | None, prefix: str):
