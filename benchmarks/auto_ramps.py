@@ -13,7 +13,6 @@ steps, mean of the four. Figures of dynamics on small test models trained on dra
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
@@ -21,8 +20,7 @@ import torch
 
 from benchmarks import forecast_auto
 from benchmarks.forecast_calibration import gap_settings
-from benchmarks.forecast_error import mae_255, regime_build, rounded
-from devkit.comfy_harness import find_comfyui, use_comfyui_in_process
+from benchmarks.forecast_error import comfyui_in_process, mae_255, regime_build, write_results
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "auto_ramps.json"
@@ -96,11 +94,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", default=str(RESULTS))
     args = parser.parse_args(argv)
-    comfy_root = find_comfyui()
-    if comfy_root is None:
-        raise SystemExit("This benchmark needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
-    use_comfyui_in_process(comfy_root)
-    torch.set_num_threads(1)
+    comfy_root = comfyui_in_process()
     builds = {}
     results = {"images": [list(i) for i in IMAGES], "ramps": [list(r) for r in RAMPS],
                "note": "small Krea-2 test models trained on drawn shapes: dynamics, not Krea-2 quality", "regimes": {}}
@@ -111,8 +105,7 @@ def main(argv=None):
                               progress=lambda text: print(f"{name}: {text}", flush=True))
             results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name,
                                         "weights_sha256": build.info["weights_sha256"], "cfg": cfg, "rows": rows}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False) + "\n")
+    write_results(args.json, results)
     print("\n".join(table(results) + [""] + findings(results)))
 
 

@@ -37,9 +37,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.forecast_error import PACK, ProxySampler, mae_255, regime_build, rounded
+from benchmarks.forecast_error import PACK, ProxySampler, comfyui_in_process, mae_255, regime_build, write_results
 from benchmarks.peers import dpcache
-from devkit.comfy_harness import find_comfyui, use_comfyui_in_process
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forecast_auto.json"
@@ -255,11 +254,7 @@ def main(argv=None):
     if args.plot_only:
         plot(json.loads(Path(args.json).read_text()), PICTURE)
         return
-    comfy_root = find_comfyui()
-    if comfy_root is None:
-        raise SystemExit("This benchmark needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
-    use_comfyui_in_process(comfy_root)
-    torch.set_num_threads(1)
+    comfy_root = comfyui_in_process()
     builds, results = {}, {"images": [list(i) for i in IMAGES],
                            "calibration_images": [list(i) for i in CALIBRATION_IMAGES], "share_ramp": list(auto_module.SHARE_RAMP),
                            "unguided_share_ramp": list(auto_module.UNGUIDED_SHARE_RAMP),
@@ -278,8 +273,7 @@ def main(argv=None):
                               progress=lambda text: print(text, flush=True))
             results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name, "cfg": cfg, "rows": rows}
             results["builds"][build.checkpoint.parent.name] = {"weights_sha256": build.info["weights_sha256"]}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False) + "\n")
+    write_results(args.json, results)
     print("\n".join(table(json.loads(Path(args.json).read_text()))))
     if Path(args.json) == RESULTS:
         plot(json.loads(RESULTS.read_text()), PICTURE)

@@ -40,9 +40,8 @@ from pathlib import Path
 import torch
 
 from benchmarks import forecast_auto
-from benchmarks.forecast_error import rounded
+from benchmarks.forecast_error import comfyui_in_process, write_results
 from benchmarks.peers import dpcache
-from devkit.comfy_harness import find_comfyui, use_comfyui_in_process
 from devkit.krea2_prompts import FLUX_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forecast_calibration.json"
@@ -194,11 +193,7 @@ def main(argv=None):
                         help=f"comma-separated, of {', '.join(REGIMES)}; the results file keeps the others' rows")
     parser.add_argument("--json", default=str(RESULTS))
     args = parser.parse_args(argv)
-    comfy_root = find_comfyui()
-    if comfy_root is None:
-        raise SystemExit("This benchmark needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
-    use_comfyui_in_process(comfy_root)
-    torch.set_num_threads(1)
+    comfy_root = comfyui_in_process()
     results = {"images": [list(i) for i in IMAGES], "calibration_images": [list(i) for i in CALIBRATION_IMAGES],
                "shares_tried": list(SHARES), "share_ramp": list(auto_module.SHARE_RAMP),
                "unguided_share_ramp": list(auto_module.UNGUIDED_SHARE_RAMP),
@@ -214,8 +209,7 @@ def main(argv=None):
             rows = run_regime(sampler, build.decode, cfg, grid, progress=lambda text: print(f"{name}: {text}", flush=True))
             results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name,
                                         "weights_sha256": build.info["weights_sha256"], "cfg": cfg, "rows": rows}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False) + "\n")
+    write_results(args.json, results)
     print("\n".join(table(results) + [""] + findings(results)))
 
 

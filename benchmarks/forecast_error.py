@@ -316,6 +316,22 @@ def rounded(value):
     return value
 
 
+def write_results(path, results: dict) -> None:
+    """A benchmark's results as strict JSON, floats to five places, one line per value."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(rounded(results), indent=1, allow_nan=False) + "\n")
+
+
+def comfyui_in_process() -> Path:
+    """ComfyUI imported into this process on one thread, as the in-process benchmarks sample; its root."""
+    comfy_root = find_comfyui()
+    if comfy_root is None:
+        raise SystemExit("This benchmark needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
+    use_comfyui_in_process(comfy_root)
+    torch.set_num_threads(1)
+    return comfy_root
+
+
 # Per target, the regime's key for how far each step moves what it forecasts (image tokens).
 CHANGE_KEY = {"feature": "change_img", "output": "change_img_output"}
 

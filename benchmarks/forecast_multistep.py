@@ -27,8 +27,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.forecast_error import PACK, ProxySampler, mae_255, regime_build, rounded
-from devkit.comfy_harness import find_comfyui, use_comfyui_in_process
+from benchmarks.forecast_error import PACK, ProxySampler, comfyui_in_process, mae_255, regime_build, write_results
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forecast_multistep.json"
@@ -111,11 +110,7 @@ def main(argv=None):
                         help="turbo, raw or both (comma-separated); the results file keeps the other's rows")
     parser.add_argument("--json", default=str(RESULTS))
     args = parser.parse_args(argv)
-    comfy_root = find_comfyui()
-    if comfy_root is None:
-        raise SystemExit("This benchmark needs ComfyUI (set COMFYUI_PATH or put ComfyUI at ~/comfy/ComfyUI).")
-    use_comfyui_in_process(comfy_root)
-    torch.set_num_threads(1)
+    comfy_root = comfyui_in_process()
     builds, results = {}, {"sampler": SAMPLER, "images": [list(i) for i in IMAGES],
                            "note": "small Krea-2 test models trained on drawn shapes: dynamics, not Krea-2 quality",
                            "regimes": {}, "builds": {}}
@@ -131,8 +126,7 @@ def main(argv=None):
             results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name, "cfg": cfg,
                                         "steps": steps, "rows": rows}
             results["builds"][build.checkpoint.parent.name] = {"weights_sha256": build.info["weights_sha256"]}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(rounded(results), indent=1, allow_nan=False) + "\n")
+    write_results(args.json, results)
     print("\n".join(table(json.loads(Path(args.json).read_text()))))
 
 
