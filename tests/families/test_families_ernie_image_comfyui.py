@@ -24,13 +24,14 @@ HARNESS = HARNESSES["ernie_image"]
 
 
 def test_auto_holding_every_gap_is_fewer_steps_on_the_same_sigmas(ernie_image_server):
-    """8 steps at speedup 4 at CFG 1 (the Turbo recipe's layout): steps 0 and 4 computed, both gaps held (the first
-    has no trend, the second spans most of the sigma range); the run lands where 2 plain steps land."""
-    graph = with_forecast(HARNESS.prompt("none", cache={}, prefix="auto_held"), "auto", speedup=4.0)
+    """8 steps at speedup 4 with CFG (ERNIE-Image's recipe runs CFG 4; cond and uncond batched): steps 0 and 4
+    computed, both gaps held (the first has no trend, the second spans more of the sigma range than a guided run
+    follows a trend over); the run lands where 2 plain steps land."""
+    graph = with_forecast(HARNESS.prompt("batched", cache={}, prefix="auto_held"), "auto", speedup=4.0)
     held, record = HARNESS.run(ernie_image_server, graph)
     method = record["method"]
     assert (method["target"], method["computed_steps"], method["gap_shares"]) == ("output", [0, 4], [0.0, 0.0])
     assert record["forecast_steps"] == [1, 2, 3, 5, 6, 7]
-    fewer, _ = HARNESS.run(ernie_image_server, HARNESS.prompt("none", steps=2, prefix="two_steps"), node_id=None)
+    fewer, _ = HARNESS.run(ernie_image_server, HARNESS.prompt("batched", steps=2, prefix="two_steps"), node_id=None)
     for output, other in zip(held, fewer, strict=True):
         torch.testing.assert_close(output, other, rtol=1e-5, atol=1e-5)
