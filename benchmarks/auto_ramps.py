@@ -19,28 +19,21 @@ from pathlib import Path
 import torch
 
 from benchmarks import forecast_auto
-from benchmarks.forecast_calibration import gap_settings
+from benchmarks.forecast_calibration import gap_settings, rule_plan
 from benchmarks.forecast_error import comfyui_in_process, mae_255, regime_build, write_results
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "auto_ramps.json"
 IMAGES = forecast_auto.TUNING_IMAGES[2:]
 auto_module, settings_module = forecast_auto.auto_module, forecast_auto.settings_module
-RAMPS = (auto_module.SHARE_RAMP, auto_module.UNGUIDED_SHARE_RAMP)
+GUIDED = (True, False)   # the ramp of a guided run, then of one at CFG 1
+RAMPS = tuple(auto_module.share_ramp(guided) for guided in GUIDED)
 # name: (model, CFG, {steps: speedups})
 REGIMES = {
     "raw, CFG 3.5": (PROXY_MODEL, 3.5, {20: (2, 3, 4, 6), 28: (2, 3, 4, 6)}),
     "raw, CFG 1": (PROXY_MODEL, 1.0, {8: (2, 1.6, 8 / 6), 20: (2, 3, 4, 6)}),
     "turbo, CFG 1": (TURBO_PROXY_MODEL, 1.0, {8: (2, 1.6, 8 / 6), 12: (2, 3, 4)}),
 }
-
-
-def ramp_shares(chosen: list[int], steps: int, sigmas, ramp) -> list[float]:
-    """Each gap's share on ``ramp`` (the first gap's is never read: it holds)."""
-    run_range = abs(sigmas[0] - sigmas[steps]) or 1.0
-    ends = [*chosen[1:], steps]
-    return [auto_module.gap_share(abs(sigmas[start] - sigmas[end]) / run_range, ramp) if gap else 0.0
-            for gap, (start, end) in enumerate(zip(chosen, ends))]
 
 
 def run_regime(sampler, decode, cfg: float, grid: dict, progress) -> list[dict]:
@@ -54,9 +47,10 @@ def run_regime(sampler, decode, cfg: float, grid: dict, progress) -> list[dict]:
                                    for image, reference in zip(IMAGES, references))
 
         for speedup in speedups:
-            chosen = auto_module.computed_steps(steps, auto_module.auto_calls(steps, speedup))
+            plans = [rule_plan(steps, speedup, sigmas, guided) for guided in GUIDED]   # the same steps, each ramp's shares
+            chosen = plans[0][0]
             row = {"steps": steps, "speedup": round(speedup, 3), "calls": len(chosen), "euler": mae(None, len(chosen)),
-                   "ramps": [mae(gap_settings(chosen, steps, ramp_shares(chosen, steps, sigmas, ramp))) for ramp in RAMPS]}
+                   "ramps": [mae(gap_settings(chosen, steps, shares)) for _, shares in plans]}
             progress(f"{steps} steps, speedup {speedup:g}: euler {row['euler']:.2f}, ramps " +
                      ", ".join(f"{ramp}: {value:.2f}" for ramp, value in zip(RAMPS, row["ramps"])))
             rows.append(row)

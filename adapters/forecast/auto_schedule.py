@@ -61,6 +61,11 @@ def computed_steps(steps: int, calls: int) -> list[int]:
     return chosen
 
 
+def share_ramp(guided: bool) -> tuple[float, float]:
+    """The ramp of a run that combines more than one conditioning per step (``guided``: CFG above 1) or not."""
+    return SHARE_RAMP if guided else UNGUIDED_SHARE_RAMP
+
+
 def gap_share(span: float, ramp: tuple[float, float] = SHARE_RAMP) -> float:
     """How far a gap spanning ``span`` of the run's sigma range follows its trend (1 in full, 0 holds)."""
     full, hold = ramp
@@ -93,7 +98,7 @@ class AutoSchedule:
             sigmas = [1.0 - step / steps for step in range(steps + 1)]
         sigmas = [float(s) for s in sigmas]
         run_range = abs(sigmas[0] - sigmas[steps]) or 1.0
-        ramp = SHARE_RAMP if guided else UNGUIDED_SHARE_RAMP
+        ramp = share_ramp(guided)
         starts = [step for step, computed in enumerate(self.computed(steps)) if computed] + [steps]
         shares = [0.0] * steps
         for gap, (start, end) in enumerate(zip(starts, starts[1:])):

@@ -68,7 +68,7 @@ def auto_costs(runs: Sequence[Sequence[torch.Tensor]], sigmas: Sequence[float], 
     (``sigmas``: the run's, which set each gap's share, with the ramp of a ``guided`` run or not)."""
     steps = len(runs[0])
     run_range = abs(float(sigmas[0]) - float(sigmas[steps])) or 1.0
-    ramp = auto_schedule.SHARE_RAMP if guided else auto_schedule.UNGUIDED_SHARE_RAMP
+    ramp = auto_schedule.share_ramp(guided)
     share = {(j, k): auto_schedule.gap_share(abs(float(sigmas[j]) - float(sigmas[k])) / run_range, ramp)
              for j in range(steps) for k in range(j + 1, steps + 1)}
     holds = hold_costs(runs)
