@@ -10,8 +10,11 @@ component costs measured at its real size:
 - the text path runs as often as the case computed it (the node: once per batch of conds and run;
   without the node: on every call it did not skip);
 - the node adds its own per-call time: its Python and cache-dit's, measured on the proxy as the
-  node with caching off and the text path on every call against no node, divided by its calls.
-  It is host time, paid in full here; on a GPU much of it overlaps with the device's work.
+  node with caching off and the text path on every call against no node, divided by its calls:
+  the medians of the run's interleaved own-cost pairs where it has them (``own_cost``: 30 pairs
+  seconds apart), else the two rows' own repeats (a handful, minutes apart, which on a loaded
+  machine move by more than the difference read). It is host time, paid in full here; on a GPU
+  much of it overlaps with the device's work.
 
 Calls of cond and uncond batched (Raw, CFG 3.5) cost twice a single call in compute; the node's
 per-call time does not grow with the batch.
@@ -37,11 +40,16 @@ OFF_FULL_TEXT = "Cache-DiT caching off, text path every call"
 GPU_CALL_S = 0.030   # an assumption, stated with every projection: see the module doc
 
 
-def node_call_seconds(rows: list[dict]) -> float:
-    """The node's own time per model call (see the module doc), from this regime's rows; never below 0."""
+def node_call_seconds(rows: list[dict], paired: dict | None = None) -> float:
+    """The node's own time per model call (see the module doc), from this regime's own-cost pairs (``paired``:
+    seconds per method) where given, else its rows; never below 0."""
     (uncached,) = [r for r in rows if r["method"] == UNCACHED]
     (full_text,) = [r for r in rows if r["method"] == OFF_FULL_TEXT]
-    return max((full_text["seconds"] - uncached["seconds"]) / full_text["calls"], 0.0)
+    if paired:
+        without, with_node = (statistics.median(paired[method]) for method in (UNCACHED, OFF_FULL_TEXT))
+    else:
+        without, with_node = uncached["seconds"], full_text["seconds"]
+    return max((with_node - without) / full_text["calls"], 0.0)
 
 
 def projected_seconds(row: dict, costs: CallCosts, node_call_s: float, batch: int) -> float:
@@ -55,12 +63,13 @@ def projected_seconds(row: dict, costs: CallCosts, node_call_s: float, batch: in
     return batch * computed * costs.call
 
 
-def project(rows: list[dict], costs: CallCosts) -> dict[str, dict]:
-    """Per regime, the node's per-call time used; per row (by case) its projected seconds and speedup."""
+def project(rows: list[dict], costs: CallCosts, own_cost: dict | None = None) -> dict[str, dict]:
+    """Per regime, the node's per-call time used; per row (by case) its projected seconds and speedup.
+    ``own_cost``: the run's interleaved own-cost pairs per regime (``{"times": {method: seconds}}``), if any."""
     result = {"node_call_s": {}, "rows": {}}
     for regime in sorted({r["regime"] for r in rows}):
         of_regime = [r for r in rows if r["regime"] == regime]
-        node_call_s = node_call_seconds(of_regime)
+        node_call_s = node_call_seconds(of_regime, ((own_cost or {}).get(regime) or {}).get("times"))
         result["node_call_s"][regime] = node_call_s
         batch = 2 if of_regime[0]["cfg"] > 1 else 1
         (uncached,) = [r for r in of_regime if r["method"] == UNCACHED]
@@ -71,14 +80,17 @@ def project(rows: list[dict], costs: CallCosts) -> dict[str, dict]:
     return result
 
 
-def add_projection(rows: list[dict], measured: CallCosts, call_s: float | None = GPU_CALL_S) -> dict:
+def add_projection(rows: list[dict], measured: CallCosts, call_s: float | None = GPU_CALL_S,
+                   own_cost: dict | None = None) -> dict:
     """Each row gets ``projected`` (its projected speedup on Krea-2); returns what was used.
 
-    ``call_s``: what a whole call costs (the measured shares kept); None prices it as measured."""
+    ``call_s``: what a whole call costs (the measured shares kept); None prices it as measured. ``own_cost``:
+    the run's own-cost pairs (``project``)."""
     costs = measured.scaled_to(call_s) if call_s else measured
-    projection = project(rows, costs)
+    projection = project(rows, costs, own_cost)
     for row in rows:
         row["projected"] = projection["rows"][row["case"]]["speedup"]
     return {"call_s": costs.call, "costs": {"block": costs.block, "text": costs.text, "rest": costs.rest,
                                             "blocks": costs.blocks},
-            "shares": costs.shares(), "node_call_s": projection["node_call_s"]}
+            "shares": costs.shares(), "node_call_s": projection["node_call_s"],
+            "node_call_s_from": "own-cost pairs" if own_cost else "rows"}

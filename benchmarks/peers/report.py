@@ -99,7 +99,7 @@ def report(rows: list[dict], info: dict, out_dir: Path, stem: str = "peers",
     if not krea2:
         info = {**info, "projection": None}   # said so, rather than left out: the JSON tells why
     elif costs_path.exists() and any(r["method"] == CACHING_OFF_FULL_TEXT for r in rows):
-        info = {**info, "projection": add_projection(rows, krea2_costs.load(costs_path))}
+        info = {**info, "projection": add_projection(rows, krea2_costs.load(costs_path), own_cost=own_cost)}
         comparisons["projected"] = head_to_head(rows, key="projected")
         bases.append(comparisons["projected"])
     json_path, png_path, _ = write_results(rows, comparisons, info, out_dir, stem, own_cost)

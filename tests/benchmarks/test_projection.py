@@ -47,6 +47,17 @@ def test_batched_calls_cost_twice_in_compute_but_not_in_the_nodes_own_time():
     assert batched - 52 * 0.01 == pytest.approx(2 * (single - 52 * 0.01))
 
 
+def test_the_nodes_own_time_comes_from_the_interleaved_pairs_where_the_run_has_them():
+    # The rows' repeats read 80 ms a call (one slow repeat); the 5 pairs' medians 1.00 and 1.04 s: 5 ms.
+    rows = [row(UNCACHED, 1.0), row(OFF_FULL_TEXT, 1.64)]
+    pairs = {"turbo": {"times": {UNCACHED: [0.98, 1.0, 1.0, 1.02, 1.5], OFF_FULL_TEXT: [1.02, 1.04, 1.04, 1.9, 1.0],
+                                 "Cache-DiT caching off": [1.0] * 5}}}
+    used = add_projection(rows, COSTS, call_s=None, own_cost=pairs)
+    assert used["node_call_s"] == {"turbo": pytest.approx(0.005)}
+    assert used["node_call_s_from"] == "own-cost pairs"
+    assert add_projection(rows, COSTS, call_s=None)["node_call_s"] == {"turbo": pytest.approx(0.08)}
+
+
 def test_the_nodes_own_time_is_never_negative():
     rows = [row(UNCACHED, 1.0), row(OFF_FULL_TEXT, 0.95)]  # noise: faster than no node
     assert add_projection(rows, COSTS, call_s=None)["node_call_s"] == {"turbo": 0.0}
