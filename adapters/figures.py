@@ -77,20 +77,20 @@ class Standing:
 # benchmarks/results/peers.json: the Forecast node's presets, the official Spectrum settings and the
 # DBCache defaults (threshold 0.24), against fewer steps.
 PRESET_STANDINGS = (
-    Standing("turbo_5_of_8", 8, 5, 2.24, 3.92),
-    Standing("turbo_4_of_8", 8, 4, 3.36, 4.49),
-    Standing("raw_1_in_4", 52, 13, 1.24, 2.62),
-    Standing("raw_1_in_5", 52, 11, 2.18, 3.03),
-    Standing("raw_8_of_52", 52, 8, 3.61, 4.42),
+    Standing("turbo_5_of_8", 8, 5, 2.48, 4.03),
+    Standing("turbo_4_of_8", 8, 4, 3.42, 4.37),
+    Standing("raw_1_in_4", 52, 13, 0.95, 2.56),
+    Standing("raw_1_in_5", 52, 11, 1.87, 2.88),
+    Standing("raw_8_of_52", 52, 8, 3.46, 4.33),
 )
 SPECTRUM_PAPER_STANDINGS = (
-    Standing("spectrum_paper", 8, 6, 5.09, 2.55),
-    Standing("spectrum_paper", 52, 14, 10.24, 2.41),
-    Standing("spectrum_paper_fast", 52, 10, 15.13, 3.59),
+    Standing("spectrum_paper", 8, 6, 4.97, 2.80),
+    Standing("spectrum_paper", 52, 14, 10.35, 2.53),
+    Standing("spectrum_paper_fast", 52, 10, 15.42, 3.67),
 )
 DEFAULTS_STANDINGS = (
-    Standing("0.24", 8, 7, 1.22, 2.25),
-    Standing("0.24", 52, 16, 2.48, None),
+    Standing("0.24", 8, 7, 1.27, 2.45),
+    Standing("0.24", 52, 16, 2.49, None),
 )
 
 # benchmarks/results/forecast_auto.json, on four images the peer benchmark and the presets' choice never used:
@@ -151,10 +151,10 @@ class Calibrated:
                 "calls")
 
 
-DEFAULTS_TAYLORSEER = Calibrated("taylorseer", 52, 16, 2.48, 1.41)
+DEFAULTS_TAYLORSEER = Calibrated("taylorseer", 52, 16, 2.49, 1.42)
 
 # benchmarks/results/peers.json: dmd on the masks at 52 steps (fast, ultra; medium).
-DMD_LONG_MASKS = {"fast": 38.77, "ultra": 56.49, "medium": 1.99}
+DMD_LONG_MASKS = {"fast": 40.25, "ultra": 56.98, "medium": 2.08}
 
 
 def dmd_long_masks_phrase() -> str:

@@ -46,14 +46,14 @@ class MaskStanding:
 
 
 MASK_STANDINGS: tuple[MaskStanding, ...] = (
-    MaskStanding("slow", 8, 7, "none", 1.01, 2.25),
-    MaskStanding("medium", 8, 6, "none", 1.92, 2.55),
-    MaskStanding("fast", 8, 5, "none", 3.69, 3.92),
-    MaskStanding("ultra", 8, 4, "none", 7.09, 4.49),
-    MaskStanding("slow", 52, 38, "taylorseer", 0.65, 0.64),
-    MaskStanding("medium", 52, 30, "foca", 1.10, 0.79),
-    MaskStanding("fast", 52, 25, "foca", 2.81, 1.21),
-    MaskStanding("ultra", 52, 17, "foca", 5.38, 1.83),
+    MaskStanding("slow", 8, 7, "none", 0.93, 2.45),
+    MaskStanding("medium", 8, 6, "none", 1.73, 2.80),
+    MaskStanding("fast", 8, 5, "none", 3.46, 4.03),
+    MaskStanding("ultra", 8, 4, "none", 6.81, 4.37),
+    MaskStanding("slow", 52, 38, "taylorseer", 0.64, 0.60),
+    MaskStanding("medium", 52, 30, "foca", 1.05, 0.67),
+    MaskStanding("fast", 52, 25, "foca", 2.48, 1.13),
+    MaskStanding("ultra", 52, 17, "foca", 5.43, 1.65),
 )
 
 

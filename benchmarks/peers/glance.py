@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .cases import EASYCACHE, FEWER_STEPS, FORECAST_PRESETS, REGIMES, UNCACHED, is_node_default
+from .cases import EASYCACHE, FEWER_STEPS, FORECAST_AUTO, FORECAST_PRESETS, REGIMES, UNCACHED, is_node_default
 
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 TITLE = ("Closer to the full-step image (lower) at as many model calls (left is faster). Measured by this pack "
@@ -30,8 +30,8 @@ def calls(row: dict) -> float:
 
 
 def glance_points(rows: list[dict], regime: str) -> dict[str, list[tuple[float, float, str]]]:
-    """(calls, MAE/255, label) per curve of one regime: euler from the full-step run down, the presets, the
-    DBCache defaults and EasyCache's sweep."""
+    """(calls, MAE/255, label) per curve of one regime: euler from the full-step run down, the Forecast node's
+    ``auto`` at the speedups measured, the presets, the DBCache defaults and EasyCache's sweep."""
     of_regime = [r for r in rows if r["regime"] == regime]
 
     def points(keep) -> list[tuple[float, float, str]]:
@@ -39,6 +39,7 @@ def glance_points(rows: list[dict], regime: str) -> dict[str, list[tuple[float, 
 
     return {
         "plain euler, fewer steps": points(lambda r: r["method"] in (FEWER_STEPS, UNCACHED)),
+        "Cache-DiT Forecast auto": points(lambda r: r["method"] == FORECAST_AUTO),
         "Cache-DiT Forecast presets": points(lambda r: r["method"] == FORECAST_PRESETS),
         "Cache-DiT DBCache defaults": points(is_node_default),
         "EasyCache (ComfyUI core)": points(lambda r: r["method"] == EASYCACHE),
@@ -47,6 +48,7 @@ def glance_points(rows: list[dict], regime: str) -> dict[str, list[tuple[float, 
 
 STYLE = {
     "plain euler, fewer steps": dict(color="crimson", marker="D", linestyle=":", linewidth=2.2, markersize=5),
+    "Cache-DiT Forecast auto": dict(color="tab:blue", marker="o", linestyle="-", linewidth=2.2, markersize=5),
     "Cache-DiT Forecast presets": dict(color="tab:green", marker="o", linestyle="none", markersize=9),
     "Cache-DiT DBCache defaults": dict(color="gold", marker="*", linestyle="none", markersize=16,
                                        markeredgecolor="black"),

@@ -1,6 +1,7 @@
 """The README's picture (benchmarks/peers/glance.py) draws the committed peer results as the pack quotes them:
-each Forecast preset at the calls and MAE its quoted figure gives, euler at whole step counts down from the
-full-step run, the DBCache defaults once per regime."""
+each Forecast preset at the calls and MAE its quoted figure gives, ``auto`` at the calls its speedup makes and
+below euler there (as the README says), euler at whole step counts down from the full-step run, the DBCache
+defaults once per regime."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from benchmarks.peers.glance import glance_points
 from krea2_cachedit.adapters import figures
+from krea2_cachedit.adapters.forecast.auto_schedule import auto_calls
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 REGIMES = {8: "turbo", 52: "raw"}
@@ -38,6 +40,19 @@ def test_euler_runs_from_the_full_step_image_at_whole_calls():
         assert len(points["Cache-DiT DBCache defaults"]) == 1
 
 
-def test_the_picture_is_in_the_readme():
-    assert (RESULTS / "glance.png").is_file()
-    assert "](benchmarks/results/glance.png)" in (RESULTS.parents[1] / "README.md").read_text(encoding="utf-8")
+def test_auto_sits_at_its_calls_below_euler():
+    for steps, regime in REGIMES.items():
+        points = glance_points(rows(), regime)
+        euler = {round(calls): mae for calls, mae, _ in points["plain euler, fewer steps"]}
+        auto = points["Cache-DiT Forecast auto"]
+        assert len(auto) >= 3, f"{regime}: auto at its speedups"
+        for calls, mae, setting in auto:
+            assert round(calls, 6) == auto_calls(steps, float(setting)), (regime, setting)
+            assert mae < euler[round(calls)], f"{regime}, auto at {setting}x: {mae} against euler {euler[round(calls)]}"
+
+
+def test_the_pictures_are_in_the_readme():
+    readme = (RESULTS.parents[1] / "README.md").read_text(encoding="utf-8")
+    for picture in ("glance.png", "forecast_auto.png"):
+        assert (RESULTS / picture).is_file()
+        assert f"](benchmarks/results/{picture})" in readme, picture

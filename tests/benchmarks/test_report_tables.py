@@ -74,6 +74,8 @@ def fewer_steps_case(regime: str, setting: str) -> str:
         return f"{regime} Cache-DiT threshold 0.24"
     if setting == "Spectrum as published":
         return f"{regime} Cache-DiT Spectrum as published spectrum_paper"
+    if auto := re.fullmatch(r"`auto` ([\d.]+)x", setting):
+        return f"{regime} Cache-DiT forecast auto, speedup {auto.group(1)}"
     (preset,) = re.fullmatch(r"`(\w+)`", setting).groups()
     return f"{regime} Cache-DiT forecast presets {preset}"
 
@@ -115,7 +117,8 @@ def fewer_steps_mismatches(report_rows: list[list[str]], peer_rows: list[dict]) 
 
 def test_the_fewer_steps_table_is_the_peer_results():
     rows = table(section("## Against fewer steps"), "| regime | setting | model calls |")
-    assert len(rows) == 9
+    assert len(rows) == 16
+    assert sum(cells[1].startswith("`auto`") for cells in rows) == 7
     assert not fewer_steps_mismatches(rows, load("peers.json")["rows"])
 
 
@@ -124,14 +127,16 @@ def test_a_changed_cell_of_the_fewer_steps_table_is_found():
     peer_rows = load("peers.json")["rows"]
     changed = [list(r) for r in rows]
     changed[1][3] = "**2.25**"        # turbo_5_of_8's MAE
-    changed[4][4] = "**2.01** (between 14 and 17)"
-    changed[6][5] = "deis 11: 3.00"
-    changed[2][5] = "ipndm 4: 4.51 (dpmpp_2m 10.94)"
+    changed[7][4] = "**1.87** (between 14 and 17)"
+    changed[9][5] = "deis 11: 3.00"
+    changed[2][5] = "ipndm 4: 4.47 (dpmpp_2m 10.94)"
+    changed[14][3] = "**1.24**"       # auto 4x at 52 steps
     assert [m[:2] for m in fewer_steps_mismatches(changed, peer_rows)] == [
         ("turbo Cache-DiT forecast presets turbo_5_of_8", "MAE"),
         ("turbo Cache-DiT forecast presets turbo_4_of_8", "turbo fewer steps, dpmpp_2m 4"),
         ("raw Cache-DiT threshold 0.24", "euler between"),
-        ("raw Cache-DiT forecast presets raw_1_in_5", "multistep")]
+        ("raw Cache-DiT forecast presets raw_1_in_5", "multistep"),
+        ("raw Cache-DiT forecast auto, speedup 4", "MAE")]
 
 
 def test_the_counts_below_the_euler_line_are_the_peer_comparisons():
