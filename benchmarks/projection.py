@@ -66,11 +66,13 @@ def projected_seconds(row: dict, costs: CallCosts, node_call_s: float, batch: in
 def project(rows: list[dict], costs: CallCosts, own_cost: dict | None = None) -> dict[str, dict]:
     """Per regime, the node's per-call time used; per row (by case) its projected seconds and speedup.
     ``own_cost``: the run's interleaved own-cost pairs per regime (``{"times": {method: seconds}}``), if any."""
-    result = {"node_call_s": {}, "rows": {}}
+    result = {"node_call_s": {}, "node_call_s_from": {}, "rows": {}}
     for regime in sorted({r["regime"] for r in rows}):
         of_regime = [r for r in rows if r["regime"] == regime]
-        node_call_s = node_call_seconds(of_regime, ((own_cost or {}).get(regime) or {}).get("times"))
+        paired = ((own_cost or {}).get(regime) or {}).get("times")
+        node_call_s = node_call_seconds(of_regime, paired)
         result["node_call_s"][regime] = node_call_s
+        result["node_call_s_from"][regime] = "own-cost pairs" if paired else "rows"
         batch = 2 if of_regime[0]["cfg"] > 1 else 1
         (uncached,) = [r for r in of_regime if r["method"] == UNCACHED]
         baseline = projected_seconds(uncached, costs, node_call_s, batch)
@@ -93,4 +95,4 @@ def add_projection(rows: list[dict], measured: CallCosts, call_s: float | None =
     return {"call_s": costs.call, "costs": {"block": costs.block, "text": costs.text, "rest": costs.rest,
                                             "blocks": costs.blocks},
             "shares": costs.shares(), "node_call_s": projection["node_call_s"],
-            "node_call_s_from": "own-cost pairs" if own_cost else "rows"}
+            "node_call_s_from": projection["node_call_s_from"]}

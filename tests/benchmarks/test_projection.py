@@ -54,8 +54,12 @@ def test_the_nodes_own_time_comes_from_the_interleaved_pairs_where_the_run_has_t
                                  "Cache-DiT caching off": [1.0] * 5}}}
     used = add_projection(rows, COSTS, call_s=None, own_cost=pairs)
     assert used["node_call_s"] == {"turbo": pytest.approx(0.005)}
-    assert used["node_call_s_from"] == "own-cost pairs"
-    assert add_projection(rows, COSTS, call_s=None)["node_call_s"] == {"turbo": pytest.approx(0.08)}
+    assert used["node_call_s_from"] == {"turbo": "own-cost pairs"}
+    without = add_projection(rows, COSTS, call_s=None)
+    assert without["node_call_s"] == {"turbo": pytest.approx(0.08)} and without["node_call_s_from"] == {"turbo": "rows"}
+    # Pairs of another regime only: this one's time is read from its rows, and says so.
+    other = add_projection(rows, COSTS, call_s=None, own_cost={"raw": pairs["turbo"]})
+    assert other["node_call_s"] == {"turbo": pytest.approx(0.08)} and other["node_call_s_from"] == {"turbo": "rows"}
 
 
 def test_the_nodes_own_time_is_never_negative():

@@ -42,6 +42,7 @@ def test_the_committed_results_name_pinned_build_ids():
              *(regime["proxy"] for regime in forecast_error["regimes"].values())}
     assert named <= set(pinned()), named
     # The peer run the pack quotes sampled the pinned weights themselves, not another build of their recipe.
+    assert set(peers["builds"]) == set(peers["proxies"].values())
     assert {name: build["weights_sha256"] for name, build in peers["builds"].items()} == \
         {name: pinned()[name] for name in peers["builds"]}
 
