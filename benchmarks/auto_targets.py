@@ -10,6 +10,9 @@ images (docs/benchmarks.md, "Forecast auto"). This measures, on the images the r
   reach with a linear trend; the shares found then run on the measured images too (``forecast_auto.IMAGES``);
 - ``corrector``: after each computed step, the outputs forecast over the gap it closes are re-estimated between
   the gap's two computed ends and the latent moved by the difference (a predictor-corrector on the computed steps);
+- at CFG above 1, ``streams' own shares``: cond and uncond computed on the rule's steps, each stream's shares the
+  rule's times a scale of its own, the two scales searched on these images from ``STREAM_SCALES`` (CFG's scale
+  weighs what the two forecasts get wrong unequally); the scales found then run on the measured images too;
 - at CFG above 1, at as many model passes: ``cond and uncond apart``, each on steps of its own (``SPLIT``: 6
   cond passes and 4 uncond for 5 calls), each forecast by the rule; ``guidance difference``, cond on 6 steps and
   uncond on 4 of them, the difference between the two forecast where uncond is not computed.
@@ -37,6 +40,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "auto_targets.json"
 TUNING, MEASURED = forecast_auto.TUNING_IMAGES[2:], forecast_auto.IMAGES
 auto_module = forecast_auto.auto_module
 MAX_SHARE, SWEEPS = 2.5, 3
+STREAM_SCALES = tuple(eighth / 8 for eighth in range(4, 11))   # 0.5 to 1.25
 SPLIT = (6, 4)   # cond passes, uncond passes: 10, as many as 5 calls of both
 # name: (model, CFG, steps, calls, target): a target below 1 is a share of euler's MAE, else MAE/255.
 CELLS = {
@@ -165,6 +169,11 @@ def search_shares(mae, chosen: list[int], start: list[float], steps: int) -> lis
     return per_gap
 
 
+def stream_scaled(chosen: list[int], shares: dict[int, float], scales) -> tuple:
+    """Cond's and uncond's plans on the same steps, each stream's shares times its scale."""
+    return tuple((chosen, {step: share * scale for step, share in shares.items()}) for scale in scales)
+
+
 def measure_cell(sampler, decode, cfg: float, steps: int, calls: int, progress) -> dict:
     sigmas, guided = sampler.sigmas(steps), cfg != 1
 
@@ -191,6 +200,16 @@ def measure_cell(sampler, decode, cfg: float, steps: int, calls: int, progress) 
            "measured": {"euler": maes(MEASURED, euler), "rule": maes(MEASURED, planned(rule)),
                         "shares_searched": maes(MEASURED, planned(searched))}}
     if guided:
+        rule_shares = skipped_shares(chosen, rule, steps)
+
+        def scaled(scales):
+            return lambda image: sample_with(sampler, image, steps, cfg,
+                                             streams_apart(*stream_scaled(chosen, rule_shares, scales), False))
+
+        scales = min(((c, u) for c in STREAM_SCALES for u in STREAM_SCALES), key=lambda s: maes(TUNING, scaled(s)))
+        row["stream_scales"] = list(scales)
+        row["tuning"]["streams_own_shares"] = maes(TUNING, scaled(scales))
+        row["measured"]["streams_own_shares"] = maes(MEASURED, scaled(scales))
         cond_plan = rule_layout(steps, SPLIT[0], sigmas, guided)
         among_cond = [cond_plan[0][round(i * (SPLIT[0] - 1) / (SPLIT[1] - 1))] for i in range(SPLIT[1])]
         for name, uncond_plan, difference in (
@@ -211,8 +230,9 @@ def rule_plan_shares(chosen: list[int], steps: int, sigmas) -> list[float]:
             for gap, (a, b) in enumerate(zip(chosen, ends))]
 
 
-WAYS = ("rule", "shares_searched", "corrector", "cond_and_uncond_apart", "guidance_difference")
-HEADS = ("`auto` (rule)", "shares searched", "corrector", "cond and uncond apart", "guidance difference")
+WAYS = ("rule", "shares_searched", "streams_own_shares", "corrector", "cond_and_uncond_apart", "guidance_difference")
+HEADS = ("`auto` (rule)", "shares searched", "streams' own shares", "corrector", "cond and uncond apart",
+         "guidance difference")
 
 
 def target_mae(cell: dict, images: str) -> float:
@@ -245,7 +265,10 @@ def findings(results: dict) -> list[str]:
             f"{HEADS[WAYS.index(closest)]}, {tuning[closest]:.2f} (the target {target_mae(cell, 'tuning'):.2f}, the rule "
             f"{tuning['rule']:.2f}); its shares {', '.join(f'{s:.2f}' for s in row['searched_shares'][1:])} land "
             f"{measured:.2f} on the measured images (the target {target_mae(cell, 'measured'):.2f}, the rule "
-            f"{row['measured']['rule']:.2f}).")
+            f"{row['measured']['rule']:.2f})." + (
+                f" Cond's and uncond's shares scaled by {row['stream_scales'][0]:g} and {row['stream_scales'][1]:g} "
+                f"land {tuning['streams_own_shares']:.2f} on the tuning images and "
+                f"{row['measured']['streams_own_shares']:.2f} on the measured ones." if "stream_scales" in row else ""))
     return lines
 
 
@@ -256,7 +279,7 @@ def main(argv=None):
     comfy_root = comfyui_in_process()
     builds = {}
     results = {"tuning_images": [list(i) for i in TUNING], "measured_images": [list(i) for i in MEASURED],
-               "max_share": MAX_SHARE, "sweeps": SWEEPS, "split": list(SPLIT),
+               "max_share": MAX_SHARE, "sweeps": SWEEPS, "stream_scales": list(STREAM_SCALES), "split": list(SPLIT),
                "note": "small Krea-2 test models trained on drawn shapes: dynamics, not Krea-2 quality", "cells": {}}
     with torch.inference_mode():
         for name, (model, cfg, steps, calls, target) in CELLS.items():
