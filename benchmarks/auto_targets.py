@@ -1,6 +1,6 @@
 """What ``auto``'s two unmet targets would take: ways past the rule at the two cells that miss them.
 
-Issue 57 asks of ``auto`` at most 0.6x euler's MAE at 5 of 20 calls (the trained Krea-2 test model, CFG 3.5) and
+``auto`` is meant to reach at most 0.6x euler's MAE at 5 of 20 calls (the trained Krea-2 test model, CFG 3.5) and
 at most 3.0/255 at 4 of 8 calls (the Turbo test model, CFG 1); the rule lands 0.70x and 3.21 on the measured
 images (docs/benchmarks.md, "Forecast auto"). This measures, on the images the rule is chosen on
 (``forecast_auto.TUNING_IMAGES``' last four), beside euler at as many calls and the rule:
