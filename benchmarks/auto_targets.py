@@ -34,11 +34,11 @@ import torch
 from benchmarks import forecast_auto
 from benchmarks.forecast_calibration import gap_settings, rule_plan
 from benchmarks.forecast_error import comfyui_in_process, mae_255, regime_build, write_results
+from benchmarks.peers import dpcache
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "auto_targets.json"
 TUNING, MEASURED = forecast_auto.TUNING_IMAGES[2:], forecast_auto.IMAGES
-auto_module = forecast_auto.auto_module
 MAX_SHARE, SWEEPS = 2.5, 3
 STREAM_SCALES = tuple(eighth / 8 for eighth in range(4, 11))   # 0.5 to 1.25
 SPLIT = (6, 4)   # cond passes, uncond passes: 10, as many as 5 calls of both
@@ -67,6 +67,11 @@ def trend(history: list, step: int, share: float) -> torch.Tensor:
         return last
     before_step, before = history[-2]
     return last + share * (step - last_step) / (last_step - before_step) * (last - before)
+
+
+def model_velocity(model, x, sigma, extra_args) -> torch.Tensor:
+    """The model's velocity at ``x`` (a KSampler function's ``model`` gives the denoised image)."""
+    return (x - model(x, sigma * x.new_ones([x.shape[0]]), **extra_args)) / sigma
 
 
 def euler_loop(step_output, corrector: bool = False):
@@ -99,7 +104,7 @@ def corrected(chosen: list[int], shares: dict[int, float]):
 
     def step_output(step, x, sigma, model, extra_args):
         if step in chosen:
-            history.append((step, (x - model(x, sigma * x.new_ones([x.shape[0]]), **extra_args)) / sigma))
+            history.append((step, model_velocity(model, x, sigma, extra_args)))
             return history[-1][1], True
         return trend(history, step, shares[step]), False
 
@@ -131,7 +136,7 @@ def streams_apart(cond_plan, uncond_plan, difference: bool):
 
     def step_output(step, x, sigma, model, extra_args):
         at["step"] = step
-        return (x - model(x, sigma * x.new_ones([x.shape[0]]), **extra_args)) / sigma, True
+        return model_velocity(model, x, sigma, extra_args), True
 
     return euler_loop(step_output), calc_cond_batch
 
@@ -191,31 +196,30 @@ def measure_cell(sampler, decode, cfg: float, steps: int, calls: int, progress) 
         return sampler.sample(image, calls, cfg, None).latent
 
     chosen, rule = rule_plan(steps, steps / calls, sigmas, guided)
+    rule_shares = skipped_shares(chosen, rule, steps)
     searched = search_shares(lambda per_gap: maes(TUNING, planned(per_gap)), chosen, rule, steps)
     row = {"steps": steps, "calls": calls, "computed_steps": chosen, "rule_shares": rule, "searched_shares": searched,
            "tuning": {"euler": maes(TUNING, euler), "rule": maes(TUNING, planned(rule)),
                       "shares_searched": maes(TUNING, planned(searched)),
                       "corrector": maes(TUNING, lambda image: sample_with(
-                          sampler, image, steps, cfg, corrected(chosen, skipped_shares(chosen, rule, steps))))},
+                          sampler, image, steps, cfg, corrected(chosen, rule_shares)))},
            "measured": {"euler": maes(MEASURED, euler), "rule": maes(MEASURED, planned(rule)),
                         "shares_searched": maes(MEASURED, planned(searched))}}
     if guided:
-        rule_shares = skipped_shares(chosen, rule, steps)
-
         def scaled(scales):
             return lambda image: sample_with(sampler, image, steps, cfg,
                                              streams_apart(*stream_scaled(chosen, rule_shares, scales), False))
 
-        scales = min(((c, u) for c in STREAM_SCALES for u in STREAM_SCALES), key=lambda s: maes(TUNING, scaled(s)))
+        tried = {(c, u): maes(TUNING, scaled((c, u))) for c in STREAM_SCALES for u in STREAM_SCALES}
+        scales = min(tried, key=tried.get)
         row["stream_scales"] = list(scales)
-        row["tuning"]["streams_own_shares"] = maes(TUNING, scaled(scales))
+        row["tuning"]["streams_own_shares"] = tried[scales]
         row["measured"]["streams_own_shares"] = maes(MEASURED, scaled(scales))
         cond_plan = rule_layout(steps, SPLIT[0], sigmas, guided)
         among_cond = [cond_plan[0][round(i * (SPLIT[0] - 1) / (SPLIT[1] - 1))] for i in range(SPLIT[1])]
         for name, uncond_plan, difference in (
                 ("cond_and_uncond_apart", rule_layout(steps, SPLIT[1], sigmas, guided), False),
-                ("guidance_difference", (among_cond, skipped_shares(
-                    among_cond, rule_plan_shares(among_cond, steps, sigmas), steps)), True)):
+                ("guidance_difference", (among_cond, auto_shares(among_cond, steps, sigmas)), True)):
             row["tuning"][name] = maes(TUNING, lambda image: sample_with(
                 sampler, image, steps, cfg, streams_apart(cond_plan, uncond_plan, difference)))
     progress(f"{steps} steps, {calls} calls: " + ", ".join(
@@ -223,11 +227,10 @@ def measure_cell(sampler, decode, cfg: float, steps: int, calls: int, progress) 
     return row
 
 
-def rule_plan_shares(chosen: list[int], steps: int, sigmas) -> list[float]:
-    """The guided ramp's share per gap of ``chosen`` steps (the first gap holds)."""
-    ends, span = [*chosen[1:], steps], abs(sigmas[0] - sigmas[steps]) or 1.0
-    return [auto_module.gap_share(abs(sigmas[a] - sigmas[b]) / span) if gap else 0.0
-            for gap, (a, b) in enumerate(zip(chosen, ends))]
+def auto_shares(chosen: list[int], steps: int, sigmas) -> dict[int, float]:
+    """Each skipped step's share as ``auto`` sets it on ``chosen`` steps of a guided run."""
+    shares = dpcache.planned_schedule(chosen, steps, dpcache.AUTO).shares(steps, sigmas, guided=True)
+    return {step: shares[step] for step in range(steps) if step not in chosen}
 
 
 WAYS = ("rule", "shares_searched", "streams_own_shares", "corrector", "cond_and_uncond_apart", "guidance_difference")
