@@ -20,7 +20,7 @@ import torch
 
 from benchmarks import forecast_auto
 from benchmarks.forecast_calibration import gap_settings, rule_plan
-from benchmarks.forecast_error import comfyui_in_process, mae_255, regime_build, write_results
+from benchmarks.forecast_error import comfyui_in_process, mae_255, regime_build, regime_record, write_results
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
 RESULTS = Path(__file__).resolve().parent / "results" / "auto_ramps.json"
@@ -97,8 +97,7 @@ def main(argv=None):
             build = regime_build(model, comfy_root, builds)
             rows = run_regime(forecast_auto.PlannedSampler(build.checkpoint), build.decode, cfg, grid,
                               progress=lambda text: print(f"{name}: {text}", flush=True))
-            results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name,
-                                        "weights_sha256": build.info["weights_sha256"], "cfg": cfg, "rows": rows}
+            results["regimes"][name] = regime_record(model, build, cfg, rows=rows)
     write_results(args.json, results)
     print("\n".join(table(results) + [""] + findings(results)))
 

@@ -33,7 +33,7 @@ import torch
 
 from benchmarks import forecast_auto
 from benchmarks.forecast_calibration import gap_settings, rule_plan
-from benchmarks.forecast_error import comfyui_in_process, mae_255, regime_build, write_results
+from benchmarks.forecast_error import comfyui_in_process, mae_255, regime_build, regime_record, write_results
 from benchmarks.peers import dpcache
 from devkit.krea2_prompts import PROXY_MODEL, TURBO_PROXY_MODEL
 
@@ -289,9 +289,7 @@ def main(argv=None):
             build = regime_build(model, comfy_root, builds)
             row = measure_cell(forecast_auto.PlannedSampler(build.checkpoint), build.decode, cfg, steps, calls,
                                progress=lambda text: print(f"{name}: {text}", flush=True))
-            results["cells"][name] = {"model": model, "proxy": build.checkpoint.parent.name,
-                                      "weights_sha256": build.info["weights_sha256"], "cfg": cfg, "target": target,
-                                      "row": row}
+            results["cells"][name] = regime_record(model, build, cfg, target=target, row=row)
     write_results(args.json, results)
     print("\n".join(table(results) + [""] + findings(results)))
 

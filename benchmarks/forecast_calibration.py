@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import forecast_auto
-from benchmarks.forecast_error import comfyui_in_process, write_results
+from benchmarks.forecast_error import comfyui_in_process, regime_record, write_results
 from benchmarks.peers import dpcache
 from devkit.krea2_prompts import FLUX_PROXY_MODEL
 
@@ -207,8 +207,7 @@ def main(argv=None):
             model, cfg, grid = REGIMES[name]
             sampler, build = regime_sampler(model, comfy_root, builds)
             rows = run_regime(sampler, build.decode, cfg, grid, progress=lambda text: print(f"{name}: {text}", flush=True))
-            results["regimes"][name] = {"model": model, "proxy": build.checkpoint.parent.name,
-                                        "weights_sha256": build.info["weights_sha256"], "cfg": cfg, "rows": rows}
+            results["regimes"][name] = regime_record(model, build, cfg, rows=rows)
     write_results(args.json, results)
     print("\n".join(table(results) + [""] + findings(results)))
 

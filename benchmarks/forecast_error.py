@@ -388,6 +388,13 @@ def regime_build(model: str, comfy_root: Path, builds: dict):
     return builds[model]
 
 
+def regime_record(model: str, build, cfg: float, **measured) -> dict:
+    """A regime's entry in a results file: its model, the build it ran on (whose weights a test holds to the
+    pinned ones) and its CFG, then what was measured."""
+    return {"model": model, "proxy": build.checkpoint.parent.name, "weights_sha256": build.info["weights_sha256"],
+            "cfg": cfg, **measured}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--regimes", default=",".join(REGIMES), help="turbo, raw or both (comma-separated)")
