@@ -47,6 +47,18 @@ def test_the_committed_results_name_pinned_build_ids():
         {name: pinned()[name] for name in peers["builds"]}
 
 
+@pytest.mark.parametrize("results,entries", [("auto_targets.json", "cells"), ("auto_ramps.json", "regimes"),
+                                              ("forecast_calibration.json", "regimes")])
+def test_each_regime_record_names_a_pinned_krea2_build_and_its_weights(results, entries):
+    """What ``forecast_error.regime_record`` wrote; the Flux test model has no pinned build yet."""
+    from devkit.krea2_prompts import FLUX_PROXY_MODEL
+
+    records = json.loads((RESULTS / results).read_text())[entries]
+    krea2 = {label: (record["proxy"], record["weights_sha256"]) for label, record in records.items()
+             if record["model"] != FLUX_PROXY_MODEL}
+    assert krea2 and all(pinned().get(proxy) == weights for proxy, weights in krea2.values()), krea2
+
+
 @pytest.mark.parametrize("regime,case", [("turbo", "turbo fewer steps, euler 4"), ("raw", "raw fewer steps, euler 13")])
 def test_a_peer_figure_sampled_again_lands_where_peers_json_says(proxy_server, proxy, regime, case):
     results = json.loads((RESULTS / "peers.json").read_text())
